@@ -1,0 +1,39 @@
+# Quickstart targets: `make run` and `make test` work on a fresh clone with only Python >= 3.10 and make.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUILD := build
+
+.PHONY: run test bench docs-figures clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@ $(VENV)/.installed-run
+
+## make run: set up, then the main job on the embedded default (ResNet-50 on ZC706)
+run: $(VENV)/.installed-run
+	@mkdir -p $(BUILD)
+	$(BIN)/fluidnpu dse --model resnet50 --board zc706 --bmax 8 -o $(BUILD)/design.json
+
+## make test: set up with dev dependencies, then the whole suite
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -n 2
+
+## make bench: the DSE speed benchmark
+bench: $(VENV)/.installed-run
+	$(BIN)/python benchmarks/bench_dse.py
+
+## make docs-figures: both zoo models on both boards, every batching mode (feeds docs/dse.md)
+docs-figures: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/dse_report.py --out docs/figures
+
+clean:
+	rm -rf $(VENV) $(BUILD) .pytest_cache

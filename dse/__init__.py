@@ -1,0 +1,1 @@
+"""Design-space exploration: performance and resource models and the exhaustive search (Eq. 2)."""

@@ -1,0 +1,186 @@
+"""Resource model: DSP, BRAM36, URAM, LUT and FF of an NPU <TR, TP, TC>.
+
+DSPs: one 16-bit MAC per DSP slice, TP * TC in all (the adder tree rides the
+DSP cascade). On-chip memories follow the buffer organisation in
+docs/interpretations.md and are mapped onto RAM primitives at their real
+granularity: a BRAM36 (or half of one, a BRAM18) in any of its aspect ratios,
+or a 4K x 72 UltraRAM. LUT and FF terms for control, the Fluid Batching
+Control Block and the Stackable-PE multiplexers are linear models whose
+constants are calibrated against Yosys synthesis of the RTL.
+
+All functions broadcast over numpy arrays so the DSE can size every design at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from itertools import product
+import math
+from typing import Any
+
+import numpy as np
+
+from fluidnpu.boards.catalog import Board
+
+# (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
+BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
+    (32768, 1, 1.0), (16384, 2, 1.0), (8192, 4, 1.0), (4096, 9, 1.0), (2048, 18, 1.0), (1024, 36, 1.0), (512, 72, 1.0),
+    (16384, 1, 0.5), (8192, 2, 0.5), (4096, 4, 0.5), (2048, 9, 0.5), (1024, 18, 0.5), (512, 36, 0.5),
+)
+URAM_DEPTH, URAM_WIDTH = 4096, 72
+
+WORD_BITS = 16
+ACC_BITS = 32
+
+
+@dataclass(frozen=True)
+class LogicCosts:
+    """LUT/FF model constants (per unit named), calibrated against synthesis."""
+
+    lut_base: int = 4000          # AXI4 DMA, AXI4-Lite registers, control unit, descriptor fetch
+    ff_base: int = 5000
+    lut_per_pe: int = 72          # 32-bit accumulate adder + requantise/saturate/ReLU
+    ff_per_pe: int = 80           # accumulator and adder-tree pipeline registers
+    ff_per_lane: int = 16         # input pipeline register per MAC lane
+    lut_per_mux_input_bit: float = 0.25   # one LUT6 is a 4:1 mux
+    lut_per_stack_pair: int = 32  # the LUT adder joining a stacked PE pair
+    fbcb_lut_per_bit: float = 0.25
+
+
+DEFAULT_LOGIC = LogicCosts()
+
+
+def bram36_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """BRAM36 units for one memory of depth x width bits, best aspect ratio."""
+    depth = np.asarray(depth)
+    width = np.asarray(width)
+    best = np.full(np.broadcast(depth, width).shape, np.inf)
+    for d, w, cost in BRAM_SHAPES:
+        best = np.minimum(best, -(-depth // d) * -(-width // w) * cost)
+    return np.where(depth > 0, best, 0.0)
+
+
+def uram_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
+    depth = np.asarray(depth)
+    return np.where(depth > 0, -(-depth // URAM_DEPTH) * -(-np.asarray(width) // URAM_WIDTH), 0)
+
+
+def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+    """The engine's on-chip memories as (name, count, depth, width_bits).
+
+    input: double-buffered, split into `banks` banks so that packed sample
+    groups read their own rows in the same cycle; accumulators and output
+    staging: two half-depth banks each, so k=1/2 can address both halves at once.
+    """
+    TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
+    banks = max(2, bmax)
+    half = -(-TR // 2)
+    return [
+        ("input", 2 * banks, -(-TR // banks), WORD_BITS * TP),
+        ("accumulator", 2, half, ACC_BITS * TC),
+        ("output", 2, half, WORD_BITS * TC),
+    ]
+
+
+def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bram36, uram, feasible) choosing, per design, the BRAM/URAM placement of
+    each memory that fits and leaves the lowest peak utilisation."""
+    mems = memories(TR, TP, TC, bmax)
+    as_bram = [count * bram36_for(depth, width) for _, count, depth, width in mems]
+    as_uram = [count * uram_for(depth, width) for _, count, depth, width in mems]
+    shape = np.broadcast(np.asarray(TR), np.asarray(TP), np.asarray(TC)).shape
+    best_b = np.full(shape, np.inf)
+    best_u = np.full(shape, np.inf)
+    best_score = np.full(shape, np.inf)
+    for choice in product((False, True), repeat=len(mems)):
+        if any(choice) and board.uram == 0:
+            continue
+        b = sum((np.zeros(shape) if in_uram else br) for in_uram, br in zip(choice, as_bram))
+        u = sum((uu if in_uram else np.zeros(shape)) for in_uram, uu in zip(choice, as_uram))
+        fits = (b <= board.bram36) & (u <= board.uram)
+        score = np.maximum(b / max(board.bram36, 1), u / max(board.uram, 1) if board.uram else 0.0)
+        better = fits & (score < best_score)
+        best_b = np.where(better, b, best_b)
+        best_u = np.where(better, u, best_u)
+        best_score = np.where(better, score, best_score)
+    feasible = np.isfinite(best_score)
+    return best_b, best_u, feasible
+
+
+def fbcb_bits(bmax: int) -> int:
+    """Bits per FBCB entry: BR-1 in ceil(log2 Bmax) bits plus the 2-bit k code."""
+    return max(1, math.ceil(math.log2(bmax))) + 2
+
+
+def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
+              costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) estimate."""
+    TP, TC = np.asarray(TP), np.asarray(TC)
+    banks = max(2, bmax)
+    fbcb = n_layers * bmax * fbcb_bits(bmax)
+    lut = (costs.lut_base + costs.lut_per_pe * TC
+           + costs.lut_per_mux_input_bit * TC * TP * WORD_BITS * banks
+           + costs.fbcb_lut_per_bit * fbcb)
+    if stackable:
+        # per PE pair: 2:1 demultiplexers on the TP input lanes and a LUT adder
+        lut = lut + (TC // 2) * (costs.lut_per_stack_pair + TP * WORD_BITS * 0.5)
+    ff = (costs.ff_base + TC * (costs.ff_per_pe + costs.ff_per_lane * TP)
+          + 2 * TP * TC * WORD_BITS + fbcb)
+    return np.ceil(lut), np.ceil(ff)
+
+
+@dataclass(frozen=True)
+class Resources:
+    dsp: int
+    bram36: float
+    uram: int
+    lut: int
+    ff: int
+    fbcb_ff: int
+
+    def utilisation(self, board: Board) -> dict[str, float]:
+        return {
+            "dsp": self.dsp / board.dsp,
+            "bram36": self.bram36 / board.bram36 if board.bram36 else 0.0,
+            "uram": self.uram / board.uram if board.uram else 0.0,
+            "lut": self.lut / board.lut,
+            "ff": self.ff / board.ff,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool) -> Resources:
+    """Resources of one design (scalar convenience around the vector model)."""
+    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax)
+    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable)
+    return Resources(dsp=int(TP * TC), bram36=float(bram), uram=int(uram), lut=int(lut), ff=int(ff),
+                     fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
+
+
+def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,
+                     n_layers: int, stackable: bool) -> np.ndarray:
+    """Boolean mask: the design fits the board in every resource."""
+    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable)
+    return mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.dsp) & (lut <= board.lut) & (ff <= board.ff)
+
+
+def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
+           tr_cap: int) -> np.ndarray:
+    """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
+
+    Memory use is monotone in TR, so a vectorised binary search is exact.
+    """
+    TP, TC = np.asarray(TP), np.asarray(TC)
+    lo = np.zeros(TP.shape, dtype=np.int64)           # largest known-feasible (0 = none)
+    hi = np.full(TP.shape, tr_cap + 1, dtype=np.int64)  # smallest known-infeasible
+    while True:
+        active = hi - lo > 1
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable)
+        lo = np.where(active & ok, mid, lo)
+        hi = np.where(active & ~ok, mid, hi)

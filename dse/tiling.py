@@ -1,0 +1,140 @@
+"""The engine's tile schedule for one layer, block by block.
+
+`perf_model.layer_cycles` prices this schedule in closed form for the whole
+design space at once; this module spells the same schedule out explicitly,
+which is what descriptors, the bit-accurate model and the tests need:
+`run_schedule` executes it with numpy and must reproduce every sample's GEMM
+exactly, and `schedule_cycles` must equal the closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, mode_dims
+
+
+@dataclass(frozen=True)
+class GroupSlice:
+    """Rows [row0, row1) of one sample group's R-appended matrix (group rows = its samples' rows in order)."""
+
+    group: int
+    samples: tuple[int, ...]
+    row0: int
+    row1: int
+
+
+@dataclass(frozen=True)
+class Block:
+    """One row block: weight columns [c0, c1) for up to g groups side by side on the PE array.
+
+    It runs ceil(P / TPk) weight steps of `rows` cycles each.
+    """
+
+    c0: int
+    c1: int
+    slices: tuple[GroupSlice, ...]
+    pass_groups: int
+
+    @property
+    def rows(self) -> int:
+        return max(s.row1 - s.row0 for s in self.slices)
+
+
+@dataclass(frozen=True)
+class LayerSchedule:
+    TRk: int
+    TPk: int
+    TCk: int
+    groups_per_pass: int
+    rows_per_block: int
+    blocks: tuple[Block, ...]
+
+
+def sample_groups(b: int, BR: int) -> list[tuple[int, ...]]:
+    """Samples 0..b-1 in ceil(b/BR) groups of BR (the last may be smaller)."""
+    return [tuple(range(s, min(s + BR, b))) for s in range(0, b, BR)]
+
+
+def _balanced(rows: int, limit: int) -> Iterator[tuple[int, int]]:
+    n = -(-rows // limit)
+    s, big = divmod(rows, n)
+    start = 0
+    for i in range(n):
+        size = s + (1 if i < big else 0)
+        yield start, start + size
+        start += size
+
+
+def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR: int, k_code: int) -> LayerSchedule:
+    """The blocks the engine runs for one GEMM group of a layer at batch b, split BR, mode k."""
+    TRk, TPk, TCk = (int(x) for x in mode_dims(TR, TP, TC, k_code))
+    if min(TRk, TPk, TCk) < 1:
+        raise ValueError(f"mode k code {k_code} does not exist on <{TR}, {TP}, {TC}>")
+    groups = sample_groups(b, BR)
+    g = min(len(groups), TCk // C) if C <= TCk else 1
+    if TRk < g:
+        raise ValueError(f"{g} packed groups need TR >= {g} rows in mode k code {k_code}")
+    TRe = TRk // g
+    blocks: list[Block] = []
+    for c0 in range(0, C, TCk):
+        c1 = min(C, c0 + TCk)
+        for p0 in range(0, len(groups), g):
+            pass_groups = list(enumerate(groups))[p0:p0 + g]
+            rows = max(len(samples) for _, samples in pass_groups) * R
+            for r0, r1 in _balanced(rows, TRe):
+                slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
+                               for gi, samples in pass_groups if r0 < len(samples) * R)
+                blocks.append(Block(c0, c1, slices, len(pass_groups)))
+    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks))
+
+
+def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
+                    timing: EngineTiming = DEFAULT_TIMING) -> int:
+    """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
+    wpc = timing.word_bytes / bytes_per_cycle
+    n_p = -(-P // sched.TPk)
+    fill = timing.fill_base + int(np.ceil(np.log2(sched.TPk)))
+    total = 0.0
+    for blk in sched.blocks:
+        w = blk.c1 - blk.c0
+        # every group of the pass streams the block's rows (a short group's are padding)
+        memory = wpc * (P * w + blk.rows * (P + w) * blk.pass_groups)
+        total += max(n_p * blk.rows, memory) + fill
+    first_w = sched.blocks[0].c1 - sched.blocks[0].c0
+    total += wpc * sched.TPk * first_w
+    return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
+
+
+def run_schedule(sched: LayerSchedule, X: np.ndarray, W: np.ndarray, R: int) -> np.ndarray:
+    """Execute the schedule on per-sample inputs X[s] (R x P) and weights W (P x C).
+
+    Each block accumulates over the TPk-wide weight steps into a TRe x (g*w)
+    accumulator, the way the PE array does; returns Y[s] (R x C) for every sample.
+    """
+    b = X.shape[0]
+    P = X.shape[2]
+    C = W.shape[1]
+    Y = np.zeros((b, R, C), dtype=np.int64)
+    for blk in sched.blocks:
+        w = blk.c1 - blk.c0
+        acc = np.zeros((len(blk.slices), blk.rows, w), dtype=np.int64)
+        for p0 in range(0, P, sched.TPk):
+            wt = W[p0:p0 + sched.TPk, blk.c0:blk.c1].astype(np.int64)
+            for gi, sl in enumerate(blk.slices):
+                rows = _group_rows(X, sl)[:, p0:p0 + sched.TPk].astype(np.int64)
+                acc[gi, : rows.shape[0]] += rows @ wt
+        for gi, sl in enumerate(blk.slices):
+            for r in range(sl.row0, sl.row1):
+                s_local, row = divmod(r, R)
+                Y[sl.samples[s_local], row, blk.c0:blk.c1] = acc[gi, r - sl.row0]
+    return Y
+
+
+def _group_rows(X: np.ndarray, sl: GroupSlice) -> np.ndarray:
+    R = X.shape[1]
+    stacked = X[list(sl.samples)].reshape(len(sl.samples) * R, X.shape[2])
+    return stacked[sl.row0:sl.row1]

@@ -1,0 +1,228 @@
+"""The design bundle: one versioned JSON file that every later stage reads.
+
+It holds the board, clock, design point, Bmax, the workload with its exits,
+the Fluid Batching Control Block table, the latency tables the scheduler uses,
+and the resource and performance estimates. `load_bundle` schema-checks and
+cross-checks it, so a corrupt or hand-edited file is refused with one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from fluidnpu import __version__
+from fluidnpu.boards.catalog import Board
+from fluidnpu.dse.perf_model import K_CODE_TO_K, EngineTiming
+from fluidnpu.dse.resource_model import fbcb_bits
+from fluidnpu.errors import FluidError
+from fluidnpu.schema import check
+from fluidnpu.workload import Workload
+
+FORMAT = "fluidnpu-design"
+VERSION = 1
+
+_INT = {"type": "integer"}
+_POS = {"type": "integer", "minimum": 1}
+_NUM = {"type": "number"}
+
+
+def _matrix(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": item}}
+
+
+BUNDLE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["format", "version", "generator", "board", "clock_mhz", "design", "bmax", "dse", "workload",
+                 "fbcb", "latency", "resources", "performance"],
+    "properties": {
+        "format": {"const": FORMAT},
+        "version": {"const": VERSION},
+        "generator": {"type": "string"},
+        "board": {"type": "object", "required": ["name", "part", "dsp", "bram36", "uram", "lut", "ff",
+                                                 "clock_mhz", "max_clock_mhz", "hp_ports", "hp_width_bits",
+                                                 "ddr_width_bits", "ddr_mega_transfers", "ddr_efficiency"]},
+        "clock_mhz": {"type": "number", "exclusiveMinimum": 0},
+        "design": {"type": "object", "required": ["TR", "TP", "TC"],
+                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS}},
+        "bmax": _POS,
+        "dse": {"type": "object", "required": ["batching", "stackable", "weights", "timing"],
+                "properties": {"batching": {"enum": ["fluid", "r", "p", "fc"]}, "stackable": {"type": "boolean"},
+                               "weights": {"type": "array", "items": _NUM},
+                               "timing": {"type": "object", "required": ["word_bytes", "fill_base", "layer_overhead"]}}},
+        "workload": {"type": "object", "required": ["name", "backbone", "exits"]},
+        "fbcb": {"type": "object", "required": ["bits_per_entry", "entries", "serial"],
+                 "properties": {"bits_per_entry": _POS,
+                                "entries": _matrix({"type": "array", "minItems": 2, "maxItems": 2, "items": _INT}),
+                                "serial": _matrix({"type": "boolean"})}},
+        "latency": {"type": "object", "required": ["layer_cycles", "segment_cycles", "segment_seconds"],
+                    "properties": {"layer_cycles": _matrix(_POS), "segment_cycles": _matrix(_POS),
+                                   "segment_seconds": _matrix({"type": "number", "exclusiveMinimum": 0})}},
+        "resources": {"type": "object", "required": ["dsp", "bram36", "uram", "lut", "ff"]},
+        "performance": {"type": "object", "required": ["gops", "peak_gops", "total_cycles"],
+                        "properties": {"gops": {"type": "array", "items": _NUM}}},
+    },
+}
+
+
+@dataclass(frozen=True)
+class FbcbEntry:
+    """One Fluid Batching Control Block entry: how a layer runs at a batch size."""
+
+    BR: int
+    k_code: int
+    serial: bool = False
+
+    @property
+    def k(self) -> float:
+        return K_CODE_TO_K[self.k_code]
+
+    def BP(self, b: int) -> int:
+        """Sample groups appended along P: ceil(b / BR)."""
+        return -(-b // self.BR)
+
+
+class Bundle:
+    """A loaded, checked design bundle with typed accessors over its JSON."""
+
+    def __init__(self, data: dict[str, Any], origin: str = "<memory>") -> None:
+        self.data = data
+        self.origin = origin
+        self.board = Board.from_dict(data["board"])
+        self.workload = Workload.from_dict(data["workload"])
+        self._cross_check()
+
+    @property
+    def clock_mhz(self) -> float:
+        return float(self.data["clock_mhz"])
+
+    @property
+    def design(self) -> tuple[int, int, int]:
+        d = self.data["design"]
+        return d["TR"], d["TP"], d["TC"]
+
+    @property
+    def bmax(self) -> int:
+        return int(self.data["bmax"])
+
+    @property
+    def timing(self) -> EngineTiming:
+        return EngineTiming(**self.data["dse"]["timing"])
+
+    def fbcb(self, layer: int, b: int) -> FbcbEntry:
+        """FBCB entry for layer index `layer` (execution order) at active batch size b."""
+        br, k = self.data["fbcb"]["entries"][layer][b - 1]
+        return FbcbEntry(br, k, self.data["fbcb"]["serial"][layer][b - 1])
+
+    def layer_cycles(self, layer: int, b: int) -> int:
+        return int(self.data["latency"]["layer_cycles"][layer][b - 1])
+
+    def segment_seconds(self, segment: int, b: int) -> float:
+        """Latency of exit segment `segment` at batch b (the scheduler's Nexits x Bmax table)."""
+        return float(self.data["latency"]["segment_seconds"][segment][b - 1])
+
+    def latency_table(self) -> list[list[float]]:
+        return [list(map(float, row)) for row in self.data["latency"]["segment_seconds"]]
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.data, indent=1) + "\n")
+
+    def _cross_check(self) -> None:
+        d = self.data
+        what = f"design bundle {self.origin}"
+        n_layers = len(self.workload.layers())
+        n_exits = len(self.workload.exits)
+        bmax = self.bmax
+        tables = {
+            "fbcb.entries": (d["fbcb"]["entries"], n_layers),
+            "fbcb.serial": (d["fbcb"]["serial"], n_layers),
+            "latency.layer_cycles": (d["latency"]["layer_cycles"], n_layers),
+            "latency.segment_cycles": (d["latency"]["segment_cycles"], n_exits),
+            "latency.segment_seconds": (d["latency"]["segment_seconds"], n_exits),
+        }
+        for name, (table, rows) in tables.items():
+            if len(table) != rows or any(len(r) != bmax for r in table):
+                raise FluidError(f"{what}: {name} must be {rows} x {bmax} (layers/exits x Bmax)")
+        for li, row in enumerate(d["fbcb"]["entries"]):
+            for b, (br, k) in enumerate(row, start=1):
+                if not 1 <= br <= b or k not in K_CODE_TO_K:
+                    raise FluidError(f"{what}: FBCB entry layer {li}, b={b} is out of range (BR={br}, k code={k})")
+        if d["fbcb"]["bits_per_entry"] != fbcb_bits(bmax):
+            raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_bits(bmax)} for Bmax={bmax}")
+        if len(d["performance"]["gops"]) != bmax or len(d["dse"]["weights"]) != bmax:
+            raise FluidError(f"{what}: performance.gops and dse.weights need {bmax} entries")
+        TR, TP, TC = self.design
+        if TP * TC > self.board.dsp:
+            raise FluidError(f"{what}: TP*TC = {TP * TC} exceeds the board's {self.board.dsp} DSPs")
+        for seg, row in enumerate(d["latency"]["segment_seconds"]):
+            for b, s in enumerate(row, start=1):
+                expect = d["latency"]["segment_cycles"][seg][b - 1] / (self.clock_mhz * 1e6)
+                if not math.isclose(s, expect, rel_tol=1e-6):
+                    raise FluidError(f"{what}: segment_seconds[{seg}][{b - 1}] disagrees with segment_cycles/clock")
+
+
+def bundle_from_result(result: Any) -> Bundle:
+    """Build the bundle of a DSE result (fluidnpu.dse.search.DSEResult)."""
+    opts = result.options
+    clock = result.clock_mhz
+    seg_cycles = result.segment_cycles()
+    data = {
+        "format": FORMAT,
+        "version": VERSION,
+        "generator": f"fluidnpu {__version__}",
+        "board": result.board.to_dict(),
+        "clock_mhz": clock,
+        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC},
+        "bmax": opts.bmax,
+        "dse": {
+            "batching": opts.batching, "stackable": opts.stackable,
+            "weights": [float(w) for w in opts.batch_weights()], "fixed_batch": opts.fixed_batch,
+            "designs_evaluated": result.n_designs, "score_gops": result.score, "seconds": result.seconds,
+            "timing": asdict(opts.timing), "runners_up": result.runners_up,
+        },
+        "workload": result.workload.to_dict(),
+        "fbcb": {
+            "bits_per_entry": fbcb_bits(opts.bmax),
+            "k_codes": {str(c): k for c, k in K_CODE_TO_K.items()},
+            "entries": [[[br, k] for br, k in zip(brs, ks)] for brs, ks in zip(result.plan.BR, result.plan.k_code)],
+            "serial": result.plan.serial,
+        },
+        "latency": {
+            "layer_cycles": result.plan.cycles,
+            "segment_cycles": seg_cycles,
+            "segment_seconds": [[c / (clock * 1e6) for c in row] for row in seg_cycles],
+        },
+        "resources": result.resources.to_dict(),
+        "utilisation": result.resources.utilisation(result.board),
+        "performance": {
+            "gops": result.gops, "peak_gops": result.peak_gops, "total_cycles": result.total_cycles,
+            "utilisation": [g / result.peak_gops for g in result.gops],
+        },
+    }
+    return Bundle(data)
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Read and check a design bundle; any problem is a one-line FluidError."""
+    p = Path(path)
+    if not p.is_file():
+        raise FluidError(f"design bundle {p} does not exist")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FluidError(f"design bundle {p}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise FluidError(f"design bundle {p}: not a fluidnpu design bundle (format {found!r}, expected {FORMAT!r})")
+    if data.get("version") != VERSION:
+        raise FluidError(f"design bundle {p}: version {data.get('version')} is not supported (this is v{VERSION})")
+    check(BUNDLE_SCHEMA, data, f"design bundle {p}")
+    try:
+        return Bundle(data, origin=str(p))
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, FluidError):
+            raise
+        raise FluidError(f"design bundle {p}: malformed ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,1 @@
+"""Vendor build flow: Vivado/HLS project generation for a design bundle."""

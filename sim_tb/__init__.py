@@ -1,0 +1,1 @@
+"""cocotb testbenches of the generated Verilog."""

@@ -1,0 +1,46 @@
+"""Shared fixtures: a tiny board and a tiny early-exit workload small enough for brute force."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
+from fluidnpu.workload import Exit, Layer, Workload
+
+
+def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0) -> dict:
+    data = json.loads((BOARD_DIR / "zc706.json").read_text())
+    data["name"] = "tiny"
+    data["resources"]["dsp"]["value"] = dsp
+    data["resources"]["bram36"]["value"] = bram36
+    data["resources"]["uram"]["value"] = uram
+    return data
+
+
+@pytest.fixture
+def make_board():
+    """Factory: a board like ZC706 with the given DSP/BRAM/URAM counts."""
+    return lambda **kw: board_from_data(tiny_board_data(**kw), "tiny board")
+
+
+@pytest.fixture
+def tiny_board():
+    return board_from_data(tiny_board_data(), "tiny board")
+
+
+@pytest.fixture
+def tiny_workload() -> Workload:
+    """Conv (C < TC territory), a wide conv, an exit head FC and a final FC."""
+    c1 = Layer.conv("c1", 3, 4, 5, 3, padding=1)          # R=25, P=27, C=4
+    c2 = Layer.conv("c2", 4, 9, 5, 3, stride=2)           # R=4,  P=36, C=9
+    head = (Layer.fc("e1.fc", 4 * 25, 3),)
+    fc = Layer.fc("fc", 9 * 4, 5)
+    return Workload("tiny", (c1, c2, fc), (Exit("e1", 0, head, 0.4), Exit("final", 2, (), 0.6)))
+
+
+@pytest.fixture
+def zc706_path() -> Path:
+    return BOARD_DIR / "zc706.json"

@@ -1,0 +1,111 @@
+"""The `fluidnpu` CLI: figures with --json, and bad input as one line + exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import pytest
+
+from fluidnpu.bundle import load_bundle
+
+
+def run(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fluidnpu.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def resnet_bundle(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dse") / "design.json"
+    proc = run("dse", "--model", "resnet50", "--board", "zc706", "--bmax", "8", "-o", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    return path, json.loads(proc.stdout)
+
+
+def test_dse_json_and_bundle(resnet_bundle):
+    path, summary = resnet_bundle
+    assert summary["model"] == "ResNet-50" and summary["board"] == "zc706"
+    d = summary["design"]
+    assert d["TP"] * d["TC"] <= 900 and summary["utilisation"]["dsp"] > 0.95
+    assert len(summary["gops"]) == 8 and all(0 < g <= summary["peak_gops"] for g in summary["gops"])
+    assert len(summary["segment_latency_ms"]) == 4
+    bundle = load_bundle(path)
+    assert bundle.design == (d["TR"], d["TP"], d["TC"])
+
+
+def test_show_reads_the_bundle(resnet_bundle):
+    path, summary = resnet_bundle
+    proc = run("show", str(path), "--json", "--layers")
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["design"] == summary["design"]
+    assert len(shown["layers"]) == 54 + 3 * 3
+    human = run("show", str(path), "--layers")
+    assert human.returncode == 0 and "FBCB" in human.stdout and "layer1.0.conv2" in human.stdout
+
+
+def test_dse_human_summary_for_inception_on_zcu104():
+    proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert "<TR, TP, TC>" in proc.stdout and "GOp/s" in proc.stdout
+
+
+def test_models_and_boards_json():
+    models = json.loads(run("models", "--json").stdout)
+    assert {m["name"] for m in models} == {"resnet50", "inceptionv3"}
+    assert [m["gemm_layers"] for m in models] == [54, 95]
+    boards = json.loads(run("boards", "--json").stdout)
+    assert [b["name"] for b in boards] == ["zc706", "zcu104"]
+    one = json.loads(run("boards", "zcu104", "--json").stdout)
+    assert one["dsp"] == 1728 and "resources.dsp" in one["sources"]
+
+
+@pytest.mark.parametrize("args,word", [
+    (["dse", "--model", "vgg16", "--board", "zc706"], "unknown model"),
+    (["dse", "--model", "resnet50", "--board", "vcu118"], "unknown board"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--bmax", "0"], "Bmax"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--bmax", "500"], "Bmax"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--clock", "900"], "clock"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--clock", "-3"], "clock"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--weights", "1,x"], "--weights"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--fixed-batch", "9"], "fixed batch"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--exits", "a"], "ONNX"),
+    (["dse", "--model", "missing.onnx", "--board", "zc706"], "missing.onnx"),
+    (["dse", "--model", "resnet50"], "--board"),
+    (["show", "nope.json"], "does not exist"),
+    (["boards", "nope"], "unknown board"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, word, tmp_path):
+    proc = run(*args, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert word in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_bad_files_are_one_line_and_exit_2(tmp_path):
+    (tmp_path / "board.json").write_text(json.dumps({"format": "fluidnpu-board", "version": 1}))
+    (tmp_path / "garbage.onnx").write_bytes(b"\x00\x01 definitely not protobuf \xff" * 10)
+    (tmp_path / "design.json").write_text('{"format": "fluidnpu-design", "version": 1}')
+    for args, word in [(["dse", "-m", "resnet50", "-b", "board.json"], "missing"),
+                       (["dse", "-m", "garbage.onnx", "-b", "zc706"], "garbage.onnx"),
+                       (["show", "design.json"], "missing")]:
+        proc = run(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and word in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_dse_on_an_onnx_model_with_an_exit(tmp_path):
+    example = Path(__file__).resolve().parents[1] / "docs" / "examples" / "ee_cnn_onnx.py"
+    model = tmp_path / "ee.onnx"
+    assert subprocess.run([sys.executable, str(example), str(model)], capture_output=True).returncode == 0
+    proc = run("dse", "-m", str(model), "-b", "zc706", "--bmax", "4", "--exits", "exit1_logits",
+               "--exit-rates", "0.3,0.7", "-o", str(tmp_path / "d.json"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert [(e["name"], e["rate"]) for e in summary["exits"]] == [("exit1_logits", 0.3), ("final", 0.7)]
+    bundle = load_bundle(tmp_path / "d.json")
+    assert [layer.name for layer in bundle.workload.exits[0].head] == ["exit1.conv", "exit1.fc"]
+    assert len(bundle.workload.backbone) == 5

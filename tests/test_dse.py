@@ -1,0 +1,99 @@
+"""Exhaustive DSE: the vectorised search against an independent brute force."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from fluidnpu.dse.perf_model import K_CODES
+from fluidnpu.dse.resource_model import feasible_designs
+from fluidnpu.dse.search import DSEOptions, evaluate_design, explore
+from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
+from fluidnpu.errors import FluidError
+
+
+def brute_force(workload, board, bmax, batching="fluid", stackable=True):
+    """Every <TR, TP, TC> (all TR, not just the largest), every <BR, k> per layer and b,
+    priced with the explicit block schedule rather than the closed form."""
+    clock = board.clock_mhz
+    bpc = board.bytes_per_cycle()
+    layers = workload.layers()
+    tr_cap = bmax * max(layer.R for layer in layers)
+    ks = K_CODES if stackable else (0,)
+    best = (-1.0, None)
+    for TP in range(1, board.dsp + 1):
+        for TC in range(1, board.dsp // TP + 1):
+            for TR in range(1, tr_cap + 1):
+                if not feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable):
+                    continue
+                score = 0.0
+                for b in range(1, bmax + 1):
+                    total = 0
+                    for layer in layers:
+                        brs = {"fluid": range(1, b + 1), "r": [b], "p": [1]}[batching]
+                        cands = []
+                        for BR, k in itertools.product(brs, ks):
+                            try:
+                                sched = layer_schedule(TR, TP, TC, layer.R, layer.P, layer.C, b, BR, k)
+                            except ValueError:
+                                continue
+                            cands.append(schedule_cycles(sched, layer.P, layer.groups, bpc))
+                        total += min(cands)
+                    score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
+                if score > best[0] * (1 + 1e-12):
+                    best = (score, (TR, TP, TC))
+    return best
+
+
+@pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
+def test_search_finds_brute_force_optimum(tiny_board, tiny_workload, batching, stackable):
+    opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
+    result = explore(tiny_workload, tiny_board, opts)
+    score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
+    assert math.isclose(result.score, score, rel_tol=1e-9), (result.TR, result.TP, result.TC, design)
+    # the chosen design, evaluated on its own, reproduces the score
+    again = evaluate_design(tiny_workload, tiny_board, result.TR, result.TP, result.TC, opts)
+    weights_score = sum(again.gops)
+    assert math.isclose(weights_score, score, rel_tol=1e-9)
+
+
+def test_fbcb_entries_in_range_and_tables_consistent(tiny_board, tiny_workload):
+    result = explore(tiny_workload, tiny_board, DSEOptions(bmax=4))
+    n_layers = len(tiny_workload.layers())
+    assert len(result.plan.BR) == n_layers
+    for li in range(n_layers):
+        for b in range(1, 5):
+            assert 1 <= result.plan.BR[li][b - 1] <= b
+            assert result.plan.k_code[li][b - 1] in (0, 1, 2)
+    segs = result.segment_cycles()
+    assert len(segs) == len(tiny_workload.exits)
+    for b in range(4):
+        assert sum(row[b] for row in segs) == result.total_cycles[b]
+    assert all(g <= result.peak_gops for g in result.gops)
+
+
+def test_baseline_modes_are_restricted(tiny_board, tiny_workload):
+    r = explore(tiny_workload, tiny_board, DSEOptions(bmax=4, batching="r", stackable=False))
+    assert all(r.plan.BR[li][b - 1] == b for li in range(3) for b in range(1, 5))
+    assert all(k == 0 for row in r.plan.k_code for k in row)
+    fc = explore(tiny_workload, tiny_board, DSEOptions(bmax=4, batching="fc"))
+    for s in tiny_workload.schedule():
+        assert all(fc.plan.serial[s.index][b] == (s.layer.kind != "fc") for b in range(1, 4))
+    fluid = explore(tiny_workload, tiny_board, DSEOptions(bmax=4))
+    assert fluid.score >= r.score and fluid.score >= fc.score
+
+
+def test_fixed_batch_optimises_one_batch_size(tiny_board, tiny_workload):
+    fixed = explore(tiny_workload, tiny_board, DSEOptions(bmax=4, fixed_batch=4))
+    assert math.isclose(fixed.score, fixed.gops[3], rel_tol=1e-9)
+
+
+def test_options_are_validated(tiny_board, tiny_workload):
+    for opts, word in [(DSEOptions(bmax=0), "Bmax"), (DSEOptions(bmax=99), "Bmax"),
+                       (DSEOptions(bmax=4, fixed_batch=5), "fixed batch"),
+                       (DSEOptions(bmax=2, weights=(1.0,)), "weights"),
+                       (DSEOptions(clock_mhz=900.0), "clock")]:
+        with pytest.raises(FluidError, match=word):
+            explore(tiny_workload, tiny_board, opts)
