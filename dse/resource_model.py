@@ -132,8 +132,8 @@ def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackabl
 @dataclass(frozen=True)
 class Resources:
     dsp: int
-    bram36: float
-    uram: int
+    bram36: float   # BRAM18 halves count 0.5; inf when the memories fit no placement
+    uram: float
     lut: int
     ff: int
     fbcb_ff: int
@@ -155,7 +155,7 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
     """Resources of one design (scalar convenience around the vector model)."""
     bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax)
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable)
-    return Resources(dsp=int(TP * TC), bram36=float(bram), uram=int(uram), lut=int(lut), ff=int(ff),
+    return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
 
 

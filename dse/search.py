@@ -21,7 +21,7 @@ import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, EngineTiming, layer_cycles
-from fluidnpu.dse.resource_model import Resources, design_resources, max_tr
+from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
 
@@ -255,9 +255,21 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
 
 
 def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
-                    options: DSEOptions = DSEOptions()) -> DSEResult:
-    """The tables and figures of one given design (no search)."""
+                    options: DSEOptions = DSEOptions(), allow_oversize: bool = False) -> DSEResult:
+    """The tables and figures of one given design (no search).
+
+    A design that does not fit the board is refused unless allow_oversize
+    (for studies of other people's design points); its memory use is then
+    reported as infinite.
+    """
     options.validate(board)
+    if min(TR, TP, TC) < 1:
+        raise FluidError(f"design <{TR}, {TP}, {TC}>: every size must be >= 1")
+    n_layers = len(workload.layers())
+    if not allow_oversize and not feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax,
+                                                   n_layers, options.stackable):
+        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name} "
+                         f"({TP * TC} of {board.dsp} DSPs; see `fluidnpu dse` for what does)")
     clock = options.clock_mhz or board.clock_mhz
     return _finish(workload, board, options, clock, TR, TP, TC, score=float("nan"), n_designs=1,
                    t0=time.perf_counter())

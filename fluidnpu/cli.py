@@ -68,10 +68,11 @@ def cli() -> None:
 @click.option("--exits", default=None, help="ONNX only: comma-separated exit node/output names")
 @click.option("--exit-rates", default=None, help="ONNX only: exit probabilities incl. the final exit")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        output: str | None, as_json: bool) -> None:
+        output: str | None, plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2)."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result
@@ -95,13 +96,21 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         bundle.save(output)
+    if plot:
+        from fluidnpu.dse.report import plot_gops
+
+        TR, TP, TC = bundle.design
+        plot_gops({f"<{TR}, {TP}, {TC}> {batching}": result.gops}, result.peak_gops, plot,
+                  f"{wl.name} on {brd.name}")
     summary = design_summary(bundle)
     if as_json:
-        _emit_json(summary | {"bundle": output})
+        _emit_json(summary | {"bundle": output, "plot": plot})
         return
     print_summary(bundle)
     if output:
         out.print(f"design bundle written to [bold]{output}[/]")
+    if plot:
+        out.print(f"plot written to [bold]{plot}[/]")
 
 
 def design_summary(bundle) -> dict[str, Any]:

@@ -224,6 +224,11 @@ class Workload:
         for seg in range(len(self.exits)):
             yield [s for s in sched if s.segment == seg]
 
+    def without_exits(self) -> "Workload":
+        """The backbone alone (every sample runs to the end), as the paper's NPU ablation uses."""
+        return Workload(f"{self.name} backbone", self.backbone,
+                        (Exit("final", len(self.backbone) - 1, (), 1.0),), self.input_shape, self.source)
+
     @property
     def backbone_macs(self) -> int:
         return sum(layer.macs for layer in self.backbone)

@@ -97,3 +97,14 @@ def test_options_are_validated(tiny_board, tiny_workload):
                        (DSEOptions(clock_mhz=900.0), "clock")]:
         with pytest.raises(FluidError, match=word):
             explore(tiny_workload, tiny_board, opts)
+
+
+def test_evaluate_design_refuses_what_does_not_fit(tiny_board, tiny_workload):
+    with pytest.raises(FluidError, match="does not fit"):
+        evaluate_design(tiny_workload, tiny_board, 4, 4, 4)          # 16 DSPs on a 6-DSP board
+    with pytest.raises(FluidError, match="does not fit"):
+        evaluate_design(tiny_workload, tiny_board, 10**6, 2, 3)      # far more rows than BRAM holds
+    with pytest.raises(FluidError, match=">= 1"):
+        evaluate_design(tiny_workload, tiny_board, 0, 2, 3)
+    study = evaluate_design(tiny_workload, tiny_board, 10**6, 2, 3, allow_oversize=True)
+    assert study.resources.bram36 == float("inf") and study.gops[0] > 0
