@@ -169,7 +169,7 @@ class DSEResult:
     total_cycles: list[int]          # per batch size
     gops: list[float]                # per batch size
     peak_gops: float
-    score: float
+    score: float | None              # Eq. 2's objective; None when the design was given, not searched
     n_designs: int
     seconds: float
     runners_up: list[dict] = field(default_factory=list)
@@ -271,12 +271,12 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
         raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name} "
                          f"({TP * TC} of {board.dsp} DSPs; see `fluidnpu dse` for what does)")
     clock = options.clock_mhz or board.clock_mhz
-    return _finish(workload, board, options, clock, TR, TP, TC, score=float("nan"), n_designs=1,
+    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
                    t0=time.perf_counter())
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
-            score: float, n_designs: int, t0: float) -> DSEResult:
+            score: float | None, n_designs: int, t0: float) -> DSEResult:
     layers = workload.layers()
     bpc = board.bytes_per_cycle(clock)
     shapes = LayerShapes.of(layers)

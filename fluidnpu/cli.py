@@ -143,7 +143,7 @@ def print_summary(bundle) -> None:
     rt = Table(title="resources")
     for col in ("", "DSP", "BRAM36", "URAM", "LUT", "FF"):
         rt.add_column(col, justify="right")
-    rt.add_row("used", str(res["dsp"]), f"{res['bram36']:g}", str(res["uram"]), str(res["lut"]), str(res["ff"]))
+    rt.add_row("used", str(res["dsp"]), f"{res['bram36']:g}", f"{res['uram']:g}", str(res["lut"]), str(res["ff"]))
     rt.add_row("of board", *(f"{100 * util.get(k, 0):.1f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     out.print(rt)
     pt = Table(title=f"performance (peak {d['performance']['peak_gops']:.1f} GOp/s)")

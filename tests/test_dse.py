@@ -108,3 +108,21 @@ def test_evaluate_design_refuses_what_does_not_fit(tiny_board, tiny_workload):
         evaluate_design(tiny_workload, tiny_board, 0, 2, 3)
     study = evaluate_design(tiny_workload, tiny_board, 10**6, 2, 3, allow_oversize=True)
     assert study.resources.bram36 == float("inf") and study.gops[0] > 0
+
+
+def test_bmax_that_no_design_can_serve(tiny_board, tiny_workload):
+    # 2 x Bmax input banks of at least half a BRAM36 each cannot fit 8 BRAM36
+    with pytest.raises(FluidError, match="no NPU design fits"):
+        explore(tiny_workload, tiny_board, DSEOptions(bmax=32))
+
+
+def test_given_design_bundle_is_valid_json(tiny_board, tiny_workload, tmp_path):
+    import json
+
+    from fluidnpu.bundle import bundle_from_result, load_bundle
+
+    result = evaluate_design(tiny_workload, tiny_board, 8, 2, 3, DSEOptions(bmax=2))
+    path = tmp_path / "given.json"
+    bundle_from_result(result).save(path)
+    json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert load_bundle(path).design == (8, 2, 3)
