@@ -88,6 +88,12 @@ class Board:
         f = (clock_mhz or self.clock_mhz) * 1e6
         return self.bandwidth_bytes_per_s(clock_mhz) / f
 
+    def bus(self, clock_mhz: float | None = None):
+        """The DMA's view of memory: all HP ports' bandwidth (DDR-capped), in beats of one port."""
+        from fluidnpu.dse.perf_model import Bus
+
+        return Bus.of(self.bytes_per_cycle(clock_mhz), self.hp_width_bits / 8)
+
     def check_clock(self, clock_mhz: float) -> None:
         if not 0 < clock_mhz <= self.max_clock_mhz:
             raise FluidError(f"board {self.name}: clock {clock_mhz:g} MHz is outside (0, {self.max_clock_mhz:g}] MHz")

@@ -45,16 +45,20 @@ K_CODES: tuple[int, ...] = (0, 1, 2)
 
 @dataclass(frozen=True)
 class EngineTiming:
-    """Fixed costs of the engine, in cycles (calibrated against the RTL).
+    """Fixed costs of the engine, in cycles, calibrated against the RTL (docs/rtl-agreement.md).
 
-    fill_base + ceil(log2 TPk) cycles drain the pipeline at the end of every
-    row block (input-buffer read, multiply, adder tree, accumulate);
-    layer_overhead covers the descriptor fetch and configuration of a layer.
+    fill_base + ceil(log2 TPk): a row's trip from issue to the staging buffer,
+    paid once per layer (blocks stream back to back through the pipeline);
+    step_overhead: per weight step, the fetcher's step set-up plus the DMA
+    round trip that two buffer halves cannot hide; layer_overhead: descriptor
+    fetch, per-layer planning (a few sequential divisions) and write drain.
     """
 
     word_bytes: int = 2
-    fill_base: int = 4
+    fill_base: int = 5
     layer_overhead: int = 32
+    step_overhead: int = 1
+    dma_latency: int = 5
 
 
 DEFAULT_TIMING = EngineTiming()
@@ -76,14 +80,121 @@ def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return -(-a // b)
 
 
+@dataclass(frozen=True)
+class Bus:
+    """How the DMA sees memory: AXI beats of `port_bytes`, `bytes_per_cycle` in all.
+
+    Reads and writes are separate AXI channels. A DMA command of n words at a
+    random 2-byte alignment costs (n + w - 1) / w beats on average (w words a
+    beat): a short run still occupies whole beats, which is what makes narrow
+    input rows expensive. With several ports, beats of different commands go
+    out side by side: a beat costs port_bytes / bytes_per_cycle cycles.
+    """
+
+    bytes_per_cycle: float
+    port_bytes: float
+    word_bytes: int = 2
+
+    @classmethod
+    def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2) -> "Bus":
+        return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
+                   word_bytes)
+
+    @property
+    def words_per_beat(self) -> int:
+        return max(1, int(self.port_bytes // self.word_bytes))
+
+    def cycles(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
+        """Expected cycles to move `words` words cut into `runs` contiguous commands.
+
+        Commands start at multiples of `grain` words (e.g. gcd of run length
+        and pitch); averaged over those alignments a run of n words (grain | n)
+        takes exactly (n + wpb - grain) / wpb beats, wpb = words per beat.
+        """
+        wpb = self.words_per_beat
+        grain = np.gcd(np.asarray(grain, dtype=np.int64), wpb)
+        beats = (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
+        return beats * (wpb * self.word_bytes / self.bytes_per_cycle)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Per-layer terms of the block cost, broadcast over designs and layers."""
+
+    n_p: np.ndarray          # weight steps per block
+    TPk: np.ndarray
+    in_row: np.ndarray       # read cycles of one input row over all steps (im2col runs)
+    P: np.ndarray
+    C: np.ndarray
+    bus: Bus
+    timing: EngineTiming
+
+    def weights(self, rows: ArrayLike, w: ArrayLike) -> np.ndarray:
+        """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias."""
+        return (self.bus.cycles(np.asarray(rows) * w, rows, np.gcd(self.C, w))
+                + self.bus.cycles(2 * np.asarray(w), 1, 2 * np.asarray(w)))
+
+    def outputs(self, rows: ArrayLike, w: ArrayLike) -> np.ndarray:
+        """The writer: one command per (row, group), each at least a cycle."""
+        return np.asarray(rows) * np.maximum(1.0, self.bus.cycles(w, 1, np.gcd(self.C, w)))
+
+    def block(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
+        """One row block of t rows, w columns, `groups` sample groups side by side.
+
+        Steps pipeline over two buffer halves: the reads of step s+1 (F
+        cycles) overlap step s's t cycles of compute, and the fetch of step
+        s+2 waits for step s to leave the buffers, so a step takes
+        max(t, F + step_overhead, (F + step_overhead + dma_latency + t) / 2);
+        the writer drains the previous block on the write channel meanwhile.
+        """
+        t, w, groups = np.asarray(t), np.asarray(w), np.asarray(groups)
+        tm = self.timing
+        fetch = self.weights(self.P, w) + t * groups * self.in_row + self.n_p * tm.step_overhead
+        compute = self.n_p * t
+        balance = (fetch + self.n_p * (tm.dma_latency + t)) / 2
+        steps = np.maximum(np.maximum(compute, fetch), balance)
+        return np.maximum(steps, self.outputs(t * groups, w)) + 1
+
+    def prologue(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
+        """The layer's first step is fetched before anything can compute."""
+        first_lanes = np.minimum(self.TPk, self.P)
+        return (self.weights(first_lanes, w) + np.asarray(t) * groups * self.in_row / self.n_p
+                + self.timing.step_overhead + self.timing.dma_latency)
+
+    def drain(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
+        """After the last row: the pipeline empties and the last block is written out."""
+        fill = self.timing.fill_base + np.ceil(np.log2(self.TPk))
+        return fill + self.outputs(np.asarray(t) * groups, w)
+
+
+def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
+                timing: EngineTiming) -> LayerCosts:
+    """Step count and input-row read cost of a layer whose P = taps * cin.
+
+    A weight step reads TPk consecutive values of each im2col row; they are
+    one contiguous run unless the step crosses from one kernel tap to the
+    next (every cin values), which starts a new DMA command.
+    """
+    taps = np.asarray(taps, dtype=np.int64)
+    n_p = _ceil_div(P, TPk)
+    cin = np.maximum(P // np.maximum(taps, 1), 1)
+    crossings = np.zeros(np.broadcast(P, TPk, taps).shape, dtype=np.int64)
+    for i in range(1, int(np.max(taps))):
+        crossings = crossings + ((i < taps) & ((i * cin) % TPk != 0))
+    in_row = bus.cycles(P, n_p + crossings, np.gcd(TPk, cin))
+    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
+
+
 def layer_cycles(
     TR: ArrayLike, TP: ArrayLike, TC: ArrayLike,
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
-    timing: EngineTiming = DEFAULT_TIMING,
+    timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
+    `taps` = kh*kw of a convolution (P = taps * cin); `port_bytes` = bytes of
+    one AXI beat (default: one port carrying all of `bytes_per_cycle`).
     Returns float cycles (np.inf where the mode does not exist on the design,
     e.g. k=1/2 with TP=1). Broadcasts over all array arguments.
     """
@@ -93,10 +204,10 @@ def layer_cycles(
     exists = (TRk >= 1) & (TPk >= 1) & (TCk >= 1)
     TRk, TPk, TCk = np.maximum(TRk, 1), np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C, G = (np.asarray(x, dtype=np.int64) for x in (R, P, C, G))
+    costs = layer_costs(TPk, P, C, taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing)
 
     BP = -(-b // BR)
     n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
-    n_p = _ceil_div(P, TPk)             # weight steps per block
     packed = C <= TCk
     g = np.where(packed, np.minimum(BP, TCk // np.maximum(C, 1)), 1)
     exists = exists & (TRk >= g)        # each packed group needs at least one buffer row
@@ -106,31 +217,33 @@ def layer_cycles(
     w_last = C - (nct - 1) * TCk
     npass = _ceil_div(np.int64(BP), g)
     h = BP - (npass - 1) * g            # groups in the last pass
+    TRh = np.maximum(TRk // np.maximum(h, 1), 1)
     rows_full = BR * R
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
-    fill = timing.fill_base + np.ceil(np.log2(TPk))
-    wpc = timing.word_bytes / bytes_per_cycle  # cycles per word moved
 
-    def pass_cycles(rows: np.ndarray, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
-        """A pass: `groups` groups side by side, `rows` rows cut into n balanced
-        blocks (the first `big` hold s+1 rows, the rest s). Every group of the
-        pass streams all the pass's rows (a short group's extra rows are padding
-        the DMA moves like any other), so each block costs the same per row."""
-        n = _ceil_div(rows, TRe)
+    def split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """n balanced blocks of a pass: the first `big` hold s+1 rows, the rest s."""
+        n = _ceil_div(rows, tre)
         s = rows // n
-        big = rows - n * s
-        alpha = wpc * P * w                  # weights, once per block
-        per_row = wpc * (P + w) * groups     # inputs + outputs of one row of every group
-        small_blk = np.maximum(n_p * s, alpha + per_row * s)
-        big_blk = np.maximum(n_p * (s + 1), alpha + per_row * (s + 1))
-        return (n - big) * small_blk + big * big_blk + n * fill
+        return n, s, rows - n * s
+
+    def pass_cycles(rows: np.ndarray, tre: np.ndarray, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Every group of the pass streams all the pass's rows (a short group's extra rows
+        are padding), so each block costs the same per row."""
+        n, s, big = split(rows, tre)
+        return (n - big) * costs.block(s, w, groups) + big * costs.block(s + 1, w, groups)
 
     def column_tile_cycles(w: np.ndarray) -> np.ndarray:
-        return (npass - 1) * pass_cycles(rows_full, w, g) + pass_cycles(rows_last, w, h)
+        return (npass - 1) * pass_cycles(rows_full, TRe, w, g) + pass_cycles(rows_last, TRh, w, h)
 
     body = (nct - 1) * column_tile_cycles(w_full) + column_tile_cycles(w_last)
-    prologue = wpc * TPk * w_full        # the first weight step is not overlapped
-    cycles = G * (body + prologue) + timing.layer_overhead
+    first_rows, first_tre, first_groups = (np.where(npass == 1, rows_last, rows_full), np.where(npass == 1, TRh, TRe),
+                                           np.where(npass == 1, h, g))
+    n0, s0, big0 = split(first_rows, first_tre)
+    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), w_full, first_groups)
+    _, s_end, _ = split(rows_last, TRh)
+    drain = costs.drain(s_end, w_last, h)
+    cycles = G * (body + prologue + drain) + timing.layer_overhead
     return np.where(exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, EngineTiming, layer_cycles
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles
 from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
@@ -105,36 +105,38 @@ class LayerShapes:
     C: np.ndarray
     G: np.ndarray
     is_fc: np.ndarray
+    taps: np.ndarray          # kh*kw: where a weight step's im2col read splits into runs
 
     @classmethod
     def of(cls, layers: Sequence[Layer]) -> "LayerShapes":
         def row(values: list[int]) -> np.ndarray:
             return np.asarray(values, dtype=np.int64)[None, :]
         return cls(row([x.R for x in layers]), row([x.P for x in layers]), row([x.C for x in layers]),
-                   row([x.groups for x in layers]), np.asarray([x.kind == "fc" for x in layers])[None, :])
+                   row([x.groups for x in layers]), np.asarray([x.kind == "fc" for x in layers])[None, :],
+                   row([x.kernel[0] * x.kernel[1] if x.kind == "conv" else 1 for x in layers]))
 
 
 def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
-                  bytes_per_cycle: float, timing: EngineTiming) -> np.ndarray:
+                  bus: Bus, timing: EngineTiming) -> np.ndarray:
     """Cycles of every (design, layer) under one choice; inf where it does not apply."""
     if ch.serial:
         cyc = b * layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, 1, 1, ch.k_code,
-                               bytes_per_cycle, timing)
+                               bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes)
     else:
         cyc = layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, b, ch.BR, ch.k_code,
-                           bytes_per_cycle, timing)
+                           bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes)
     if ch.fc_only is not None:
         cyc = np.where(shapes.is_fc == ch.fc_only, cyc, np.inf)
     return cyc
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
-                bytes_per_cycle: float, timing: EngineTiming) -> tuple[np.ndarray, np.ndarray]:
+                bus: Bus, timing: EngineTiming) -> tuple[np.ndarray, np.ndarray]:
     """(min cycles, index of the winning choice) over the candidates, per (design, layer)."""
     best = None
     arg = None
     for i, ch in enumerate(cands):
-        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bytes_per_cycle, timing)
+        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing)
         if best is None:
             best, arg = cyc, np.zeros(cyc.shape, dtype=np.int64)
         else:
@@ -210,7 +212,7 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     options.validate(board)
     t0 = time.perf_counter()
     clock = options.clock_mhz or board.clock_mhz
-    bpc = board.bytes_per_cycle(clock)
+    bpc = board.bus(clock)
     layers = workload.layers()
     n_layers = len(layers)
     weights = options.batch_weights()
@@ -278,7 +280,7 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
             score: float | None, n_designs: int, t0: float) -> DSEResult:
     layers = workload.layers()
-    bpc = board.bytes_per_cycle(clock)
+    bpc = board.bus(clock)
     shapes = LayerShapes.of(layers)
     plan = LayerPlan([[0] * options.bmax for _ in layers], [[0] * options.bmax for _ in layers],
                      [[0] * options.bmax for _ in layers], [[False] * options.bmax for _ in layers])

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, mode_dims
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, layer_costs, mode_dims
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
         for p0 in range(0, len(groups), g):
             pass_groups = list(enumerate(groups))[p0:p0 + g]
             rows = max(len(samples) for _, samples in pass_groups) * R
-            for r0, r1 in _balanced(rows, TRe):
+            # a pass with fewer groups (the last) gives each of them more buffer rows
+            for r0, r1 in _balanced(rows, TRk // len(pass_groups)):
                 slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
                                for gi, samples in pass_groups if r0 < len(samples) * R)
                 blocks.append(Block(c0, c1, slices, len(pass_groups)))
@@ -93,19 +94,18 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
 
 
 def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
-                    timing: EngineTiming = DEFAULT_TIMING) -> int:
+                    timing: EngineTiming = DEFAULT_TIMING, taps: int = 1, port_bytes: float | None = None) -> int:
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
-    wpc = timing.word_bytes / bytes_per_cycle
-    n_p = -(-P // sched.TPk)
-    fill = timing.fill_base + int(np.ceil(np.log2(sched.TPk)))
+    C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
+    costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes),
+                        timing)
     total = 0.0
     for blk in sched.blocks:
-        w = blk.c1 - blk.c0
         # every group of the pass streams the block's rows (a short group's are padding)
-        memory = wpc * (P * w + blk.rows * (P + w) * blk.pass_groups)
-        total += max(n_p * blk.rows, memory) + fill
-    first_w = sched.blocks[0].c1 - sched.blocks[0].c0
-    total += wpc * sched.TPk * first_w
+        total += float(costs.block(blk.rows, blk.c1 - blk.c0, blk.pass_groups))
+    first, last = sched.blocks[0], sched.blocks[-1]
+    total += float(costs.prologue(first.rows, first.c1 - first.c0, first.pass_groups))
+    total += float(costs.drain(last.rows, last.c1 - last.c0, last.pass_groups))
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
 
 

@@ -261,6 +261,32 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         out.print(t)
 
 
+# Commands of later stages live in their own modules, each exporting `commands`
+# (a list of click commands); heavy imports stay inside the command bodies so
+# the board-side CLI stays light.
+_COMMAND_MODULES = (
+    "fluidnpu.scheduler_fw.cli",
+    "fluidnpu.hw.cli",
+)
+
+
+def _register_stage_commands() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        for command in module.commands:
+            cli.add_command(command)
+
+
+_register_stage_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one-line errors and exit code 2 for anything the user got wrong."""
     try:

@@ -15,41 +15,57 @@ from hypothesis import strategies as st
 from fluidnpu.dse.perf_model import EngineTiming, layer_cycles, mode_dims
 from fluidnpu.dse.tiling import layer_schedule, run_schedule, schedule_cycles
 
-FAST = 1e9  # bytes/cycle: memory never limits
+FAST = 1e9      # bytes/cycle: one port so wide that every DMA command is a single beat
+PORT64 = 8.0    # one 64-bit AXI port: 4 words a beat
 
 
-def test_compute_bound_case_by_hand():
-    # TR=8 TP=4 TC=4; R=10 P=8 C=4, b=1: two weight steps (P/TP), 10 rows -> 2 balanced
-    # blocks of 5 rows: 2*(2*5) compute + 2 fills (4 + log2 4) + 32 layer overhead.
-    assert layer_cycles(8, 4, 4, 10, 8, 4, 1, 1, 1, 0, FAST) == 2 * (2 * 5) + 2 * 6 + 32
+def test_block_pipeline_case_by_hand():
+    # TR=8 TP=4 TC=4; R=10 P=8 C=4, b=1, one 64-bit port, all runs beat-aligned.
+    # Two weight steps, 10 rows -> 2 balanced blocks of t=5. Per block: weights 8 rows of
+    # 4 words = 8 beats, bias 8 words = 2, inputs 5 rows x 2 steps = 10 beats, + 2 step
+    # overheads: fetch 22 > compute 10, balance (22 + 2*(5+5))/2 = 21 -> 22, +1 -> 23.
+    # Prologue: 4 weight rows + bias + 5 input beats + 1 + latency 5 = 17.
+    # Drain: fill 5 + log2 4 = 7, + 5 output rows = 12. Layer overhead 32.
+    assert layer_cycles(8, 4, 4, 10, 8, 4, 1, 1, 1, 0, PORT64) == 2 * 23 + 17 + 12 + 32
 
 
 def test_memory_bound_fc_by_hand():
-    # FC P=1000 C=10 on TP=TC=10 at 1 word/cycle: one block whose DMA moves
-    # 10000 weights + 1000 inputs + 10 outputs; plus fill 4+4, prologue 100, overhead 32.
-    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 1, 1, 0, 2.0) == 11010 + 8 + 100 + 32
-    # R-batching 4 samples reuses the weights: only inputs/outputs grow.
-    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0) == 10000 + 4 * 1010 + 8 + 100 + 32
+    # FC P=1000 C=10 on TP=TC=10 at one word a cycle: the block reads 10000 weights + 20
+    # bias words + 1000 inputs + 100 step overheads = 11120 (+1); prologue 100+20+10+1+5,
+    # drain fill 5+4 + 10 output words; overhead 32.
+    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 1, 1, 0, 2.0) == 11121 + 136 + 19 + 32
+    # R-batching 4 samples reuses the weights: only the inputs (and outputs) grow.
+    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0) == 14121 + 166 + 49 + 32
 
 
 def test_p_batching_packs_small_c_into_idle_pes():
-    # C=2 on 8 PE columns: R-batching leaves 6 PEs idle, P-batching runs 4 samples side by side.
-    r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, FAST)
-    p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, FAST)
-    assert p_batch < r_batch / 3
+    # C=2 on 8 PE columns: R-batching leaves 6 PEs idle, P-batching runs 4 samples side by
+    # side -- if the DMA can feed 4 input rows a cycle (eight 64-bit ports here).
+    r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, 64.0, port_bytes=8.0)
+    p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, 64.0, port_bytes=8.0)
+    assert p_batch < r_batch / 2
+    # One port issues one command a cycle: then packing gains nothing.
+    assert layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, FAST) >= layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, FAST)
 
 
 def test_stacking_k2_helps_small_c_at_batch_one():
     k1 = layer_cycles(64, 4, 8, 32, 64, 4, 1, 1, 1, 0, FAST)
     k2 = layer_cycles(64, 4, 8, 32, 64, 4, 1, 1, 1, 1, FAST)
-    assert k2 < 0.6 * k1
+    assert k2 < 0.7 * k1
 
 
 def test_splitting_k_half_helps_short_reductions():
     # P=4 < TP=8 wastes half of every tree; k=1/2 gives 2TC narrower PEs.
     k1 = layer_cycles(1024, 8, 8, 320, 4, 16, 1, 1, 1, 0, FAST)
     kh = layer_cycles(1024, 8, 8, 320, 4, 16, 1, 1, 1, 2, FAST)
-    assert kh < 0.6 * k1
+    assert kh < 0.8 * k1
+
+
+def test_short_runs_cost_whole_beats():
+    # An input row of P=3 words per step on a 4-word beat: a beat each, not 3/4 of one.
+    aligned = layer_cycles(64, 4, 4, 64, 64, 4, 1, 1, 1, 0, PORT64)
+    ragged = layer_cycles(64, 3, 4, 64, 63, 4, 1, 1, 1, 0, PORT64)
+    assert ragged > aligned
 
 
 def test_mode_dims_and_missing_modes():
@@ -116,12 +132,19 @@ def test_every_mode_computes_each_samples_gemm_exactly(case, seed):
 
 @settings(max_examples=200, deadline=None)
 @given(cases.map(lambda c: c[1:]), st.integers(1, 3))
-def test_cycles_never_beat_peak_and_never_grow_with_tr(case, G):
+def test_cycles_never_beat_peak(case, G):
     TP, TC, R, P, C, b, BR, k, bpc = case
     TR = np.arange(1, 200)
     cyc = layer_cycles(TR, TP, TC, R, P, C, G, b, BR, k, bpc)
     finite = np.isfinite(cyc)
     assert (cyc[finite] >= G * b * R * P * C / (TP * TC)).all()
-    # monotone non-increasing in TR: the basis of the DSE's exactness (docs/interpretations.md)
-    as_big = np.where(finite, cyc, 1e30)
-    assert (np.diff(as_big) <= 0).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 50), st.floats(0, 5), st.floats(0, 5), st.integers(1, 60), st.integers(1, 60))
+def test_block_cost_is_subadditive(alpha, beta, a, t1, t2):
+    """The DSE's argument: merging two blocks never costs more (max of affine with alpha >= 0)."""
+    from fluidnpu.dse.perf_model import Bus, layer_costs
+    costs = layer_costs(np.int64(4), np.int64(int(alpha) + 1), np.int64(3), 1, Bus.of(8.0), EngineTiming())
+    merged = costs.block(t1 + t2, 3, 1)
+    assert merged <= costs.block(t1, 3, 1) + costs.block(t2, 3, 1) + 1e-9

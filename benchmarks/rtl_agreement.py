@@ -1,0 +1,79 @@
+"""RTL cycle counters against the DSE performance model, over many random layers.
+
+Runs seeded random single-layer cases (convs and FCs, every <BR, k>, every
+batch size) on four simulated NPU configurations (Amaranth simulator, AXI RAM
+model), reads CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case with
+dse.perf_model, and writes docs/figures/rtl/agreement.{csv,json,png}. Prints
+the worst and mean disagreement.
+
+    python benchmarks/rtl_agreement.py [--cases 12] [--out docs/figures/rtl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from dataclasses import asdict
+import json
+from pathlib import Path
+import time
+
+from rich.console import Console
+from rich.progress import Progress
+
+from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases, agreement_rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=12, help="cases per configuration")
+    ap.add_argument("--out", default="docs/figures/rtl")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    t0 = time.perf_counter()
+    with Progress(console=Console(stderr=True)) as prog:
+        task = prog.add_task("simulating", total=len(AGREEMENT_CONFIGS))
+        for i, params in enumerate(AGREEMENT_CONFIGS):
+            rows += agreement_rows(params, agreement_cases(params, args.cases, seed=1000 * (i + 1)))
+            prog.advance(task)
+    seconds = time.perf_counter() - t0
+    records = [asdict(r) | {"error": r.error, "mac_share": r.mac_share} for r in rows]
+    with open(out / "agreement.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(records[0]))
+        w.writeheader()
+        w.writerows(records)
+    worst = max(rows, key=lambda r: abs(r.error))
+    summary = {"cases": len(rows), "all_correct": all(r.correct for r in rows),
+               "worst_error": worst.error, "mean_abs_error": sum(abs(r.error) for r in rows) / len(rows),
+               "within_5pct": sum(abs(r.error) <= 0.05 for r in rows), "seconds": seconds}
+    (out / "agreement.json").write_text(json.dumps({"summary": summary, "rows": records}, indent=1))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(5, 4.5))
+        for cfg in sorted({r.config for r in rows}):
+            sel = [r for r in rows if r.config == cfg]
+            ax.scatter([r.model_cycles for r in sel], [r.hw_cycles for r in sel], s=14, label=cfg)
+        lim = max(max(r.hw_cycles, r.model_cycles) for r in rows) * 1.1
+        ax.plot([10, lim], [10, lim], "k-", lw=0.8)
+        ax.plot([10, lim], [10 * 1.05, lim * 1.05], "k:", lw=0.6)
+        ax.plot([10, lim], [10 * 0.95, lim * 0.95], "k:", lw=0.6)
+        ax.set(xscale="log", yscale="log", xlabel="model cycles (dse.perf_model)", ylabel="RTL CYC_BUSY",
+               title="RTL counters vs performance model")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "agreement.png", dpi=130)
+    except ImportError:
+        pass
+    print(f"{summary['cases']} cases, all bit-exact: {summary['all_correct']}; "
+          f"within 5%: {summary['within_5pct']}/{summary['cases']}; "
+          f"worst {summary['worst_error']:+.1%} ({worst.config}, b={worst.b} BR={worst.BR} k={worst.k_code} "
+          f"R={worst.R} P={worst.P} C={worst.C}); mean |error| {summary['mean_abs_error']:.1%}; "
+          f"{seconds:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Where a subnet's tensors, weights and descriptors live in the NPU's memory.
+
+The host owns the NPU's off-chip memory: it places each layer's weights and
+bias, one activation tensor per layer boundary (Bmax sample slots each, so
+backfilled samples have a slot), and the subnet's descriptor table, then
+starts the NPU on that table. The same plan feeds every device (RTL
+simulation, the bit-accurate model, a real board), so it is pure numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from fluidnpu.errors import FluidError
+from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, LayerDescriptor, pack_table
+
+ALIGN = 64
+
+
+def _align(n: int, a: int = ALIGN) -> int:
+    return -(-n // a) * a
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """A quantised layer: its geometry (a descriptor without addresses) and its numbers."""
+
+    geometry: LayerDescriptor
+    weights: np.ndarray          # int16, P x C, P ordered (ky, kx, cin)
+    bias: np.ndarray             # int32, C
+
+    def __post_init__(self) -> None:
+        g = self.geometry
+        if self.weights.shape != (g.P, g.cout) or self.weights.dtype != np.int16:
+            raise FluidError(f"layer {g.layer}: weights must be int16 {g.P}x{g.cout}, "
+                             f"got {self.weights.dtype} {self.weights.shape}")
+        if self.bias.shape != (g.cout,) or self.bias.dtype != np.int32:
+            raise FluidError(f"layer {g.layer}: bias must be int32 of {g.cout}, got {self.bias.dtype} {self.bias.shape}")
+
+
+@dataclass
+class Tensor:
+    """An activation tensor: Bmax HWC int16 sample slots."""
+
+    addr: int
+    shape: tuple[int, int, int]   # (h, w, c)
+    sample_stride: int
+
+    @property
+    def sample_bytes(self) -> int:
+        h, w, c = self.shape
+        return h * w * c * 2
+
+
+@dataclass
+class SubnetImage:
+    """A memory image: bytes from `base`, with the addresses a device needs."""
+
+    base: int
+    memory: bytearray
+    desc_base: int
+    descriptors: list[LayerDescriptor]
+    tensors: list[Tensor]          # tensors[0] is the input, tensors[i + 1] layer i's output
+    bmax: int
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def desc_count(self) -> int:
+        return len(self.descriptors)
+
+    def write(self, addr: int, data: bytes) -> None:
+        off = addr - self.base
+        self.memory[off:off + len(data)] = data
+
+    def read(self, addr: int, n: int) -> bytes:
+        off = addr - self.base
+        return bytes(self.memory[off:off + n])
+
+    def write_input(self, x: np.ndarray, slots: list[int] | None = None) -> None:
+        """Samples (n, h, w, c) int16 into the input tensor's slots (default 0..n-1)."""
+        self.write_tensor(0, x, slots)
+
+    def write_tensor(self, index: int, x: np.ndarray, slots: list[int] | None = None) -> None:
+        t = self.tensors[index]
+        if x.ndim != 4 or tuple(x.shape[1:]) != t.shape:
+            raise FluidError(f"tensor {index} expects samples of shape {t.shape}, got {tuple(x.shape[1:])}")
+        if x.dtype != np.int16:
+            raise FluidError(f"tensor {index} expects int16 samples, got {x.dtype}")
+        slots = list(range(len(x))) if slots is None else slots
+        for s, sample in zip(slots, x):
+            if not 0 <= s < self.bmax:
+                raise FluidError(f"sample slot {s} outside 0..{self.bmax - 1}")
+            self.write(t.addr + s * t.sample_stride, sample.astype("<i2").tobytes())
+
+    def read_tensor(self, index: int, n: int, slots: list[int] | None = None) -> np.ndarray:
+        t = self.tensors[index]
+        slots = list(range(n)) if slots is None else slots
+        return np.stack([np.frombuffer(self.read(t.addr + s * t.sample_stride, t.sample_bytes), dtype="<i2")
+                         .reshape(t.shape) for s in slots]).astype(np.int16)
+
+
+def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000) -> SubnetImage:
+    """Lay out a chain of layers (each reads the previous one's output) for up to Bmax samples."""
+    if not layers:
+        raise FluidError("a subnet needs at least one layer")
+    g0 = layers[0].geometry
+    shapes = [(g0.in_h, g0.in_w, g0.cin)]
+    for i, lp in enumerate(layers):
+        g = lp.geometry
+        flattens = (g.in_h, g.in_w) == (1, 1) and g.cin == int(np.prod(shapes[-1]))   # FC after a conv
+        if (g.in_h, g.in_w, g.cin) != shapes[-1] and not flattens:
+            raise FluidError(f"layer {i} expects input {(g.in_h, g.in_w, g.cin)}, the previous layer gives {shapes[-1]}")
+        shapes.append((g.out_h, g.out_w, g.cout))
+
+    addr = base
+    desc_base = addr
+    addr = _align(addr + DESC_STRIDE_BYTES * len(layers))
+    tensors = []
+    for shp in shapes:
+        stride = _align(int(np.prod(shp)) * 2)
+        tensors.append(Tensor(addr=addr, shape=shp, sample_stride=stride))
+        addr = _align(addr + stride * bmax)
+    w_addr, b_addr = [], []
+    for lp in layers:
+        w_addr.append(addr)
+        addr = _align(addr + lp.weights.nbytes)
+        b_addr.append(addr)
+        addr = _align(addr + lp.bias.nbytes)
+
+    descs = []
+    for i, lp in enumerate(layers):
+        descs.append(replace(
+            lp.geometry, src_base=tensors[i].addr, src_sample_stride=tensors[i].sample_stride,
+            dst_base=tensors[i + 1].addr, dst_sample_stride=tensors[i + 1].sample_stride,
+            weight_base=w_addr[i], bias_base=b_addr[i]))
+    image = SubnetImage(base=base, memory=bytearray(addr - base), desc_base=desc_base,
+                        descriptors=descs, tensors=tensors, bmax=bmax)
+    image.write(desc_base, pack_table(descs))
+    for lp, wa, ba in zip(layers, w_addr, b_addr):
+        image.write(wa, lp.weights.astype("<i2").tobytes())
+        image.write(ba, lp.bias.astype("<i4").tobytes())
+    return image

@@ -1,0 +1,416 @@
+"""EngineCore: input banks, weight/bias registers, MAC trees with Stackable-PE
+pairs, accumulators, post-processing and the output staging buffer.
+
+The interface and memory placement are specified in docs/hw-architecture.md
+("Modes", "EngineCore"); this module follows it. Pipeline of one row, issued
+in cycle 0 (stage numbers = cycles after issue):
+
+    0  input-bank read (address), per-PE bank selects
+    1  bank data -> rotation/lane muxes -> operand registers (DSP A/B/C regs);
+       weights and bias are picked from bank `wb` here, which is why `released`
+       can free both buffers as soon as the last row is in stage 1
+    2  multiply (+ bias on lane 0, and on lane h in k=1/2: the DSP post-adder)
+    3..  adder-tree levels, one register each (L = ceil(log2 TP) levels)
+    A  accumulate: read-modify-write, the read issued in stage A-1 through a
+       port transparent to the write port, so one row per cycle into the same
+       accumulator row (t = 1) never sees a stale value;
+       A = 2+L (k=1/2: the half sums), 3+L (k=1), 4+L (k=2: one more pair add)
+    A+1 round/shift/saturate/ReLU -> staging write   (= `latency[k]`)
+
+The bias is added inside the tree (on the first step only) rather than at the
+accumulator: it is read with the weights in stage 1, so one release covers
+weights and bias and the sequencer may overwrite a bias bank as soon as the
+step's last row has passed the multipliers, however short the step.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from fluidnpu.hw.mac_tree import adder_tree, replicate_groups
+
+K1, K2, KHALF = 0, 1, 2          # k codes of the FBCB: k = 1, 2, 1/2
+
+
+def _rng(n: int) -> range:
+    """range(n) for a port width, never narrower than one bit."""
+    return range(max(n, 2))
+
+
+def _words(v: Value, n: int, width: int = 16) -> list[Value]:
+    return [v[width * i:width * (i + 1)] for i in range(n)]
+
+
+def _mul_small(m: Module, a: Value, b: Value, name: str) -> Signal:
+    """a * b for a narrow b as a shift-add in LUTs (keeps the DSPs for the MACs)."""
+    out = Signal(len(a) + len(b), name=name)
+    m.d.comb += out.eq(sum(Mux(b[i], a << i, 0) for i in range(len(b))))
+    return out
+
+
+def requantise(m: Module, acc: Value, shift: Value, rnd: Value, relu: Value, name: str) -> Signal:
+    """int16 y = clamp((acc + rnd) >> shift), then max(y, 0) if relu (exact, 34-bit)."""
+    wide = Signal(signed(34), name=f"{name}_w")
+    sh = Signal(signed(34), name=f"{name}_sh")
+    y = Signal(signed(16), name=name)
+    m.d.comb += [wide.eq(acc.as_signed() + rnd), sh.eq(wide >> shift)]
+    sat = Mux(sh > 32767, 32767, Mux(sh < -32768, -32768, sh))
+    m.d.comb += y.eq(Mux(relu & (sat < 0), 0, sat))
+    return y
+
+
+def write_signature(fields: dict[str, object]) -> wiring.Signature:
+    """A single-cycle write strobe: `valid` plus fields, always accepted (driver's view)."""
+    return wiring.Signature({"valid": Out(1), **{k: Out(v) for k, v in fields.items()}})
+
+
+class EngineCore(wiring.Component):
+    """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
+
+    Attributes after construction:
+      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2)
+      latency:  {k code: cycles from a row's issue to its staging write}; a
+                block's `block_done` comes latency + 1 cycles after its last
+                row's issue, i.e. a block of steps issued back to back takes
+                sum(t) + latency cycles from its first row to `block_done`.
+      tree_levels: ceil(log2 TP)
+    """
+
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None) -> None:
+        if min(TR, TP, TC) < 1:
+            raise ValueError("TR, TP, TC must be >= 1")
+        if NB < 2 or NB & (NB - 1):
+            raise ValueError(f"NB = {NB}: the bank count must be a power of two >= 2")
+        need = max(2 * TP, 2 * TC, 16)
+        nmax = need if nmax is None else nmax
+        if nmax < need or nmax % 2:
+            raise ValueError(f"nmax = {nmax} must be even and >= max(2TP, 2TC, 16) = {need}")
+        self.TR, self.TP, self.TC, self.NB, self.nmax = TR, TP, TC, NB, nmax
+        self.h = TP // 2
+        self.tree_levels = L = ceil_log2(TP)
+        self.modes = (K1,) + ((K2,) if TC >= 2 and TR >= 2 else ()) + ((KHALF,) if TP >= 2 and TR >= 2 else ())
+        self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
+        self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
+        super().__init__({
+            "k": In(2), "g": In(range(NB + 1)), "cw": In(range(2 * TC + 1)),
+            "shift": In(5), "relu": In(1),
+            "in_wr": In(write_signature({"ib": 1, "q": _rng(NB), "j": _rng(TR), "data": 16 * 2 * TP})),
+            "w_wr": In(write_signature({"wb": 1, "lane": _rng(2 * TP), "data": 16 * 2 * TC})),
+            "b_wr": In(write_signature({"wb": 1, "base": range(2 * TC + nmax), "data": 16 * nmax})),
+            "step": In(wiring.Signature({
+                "valid": Out(1), "ready": In(1), "ib": Out(1), "wb": Out(1),
+                "t": Out(range(TR + 1)), "first": Out(1), "last": Out(1), "sb": Out(1)})),
+            "released": Out(1), "block_done": Out(1), "block_sb": Out(1), "mac_active": Out(1),
+            "idle": Out(1),
+            "st_sb": In(1), "st_j": In(_rng(TR)), "st_data": Out(16 * 2 * TC),
+        })
+
+    # ------------------------------------------------------------------
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        TR, TP, TC, NB = self.TR, self.TP, self.TC, self.NB
+        h, L = self.h, self.tree_levels
+        lg = exact_log2(NB)
+        has_k2, has_kh = K2 in self.modes, KHALF in self.modes
+
+        # ---------------- mode decode (unsupported codes behave as k = 1) ----------------
+        is2, ish, is1 = Signal(), Signal(), Signal()
+        m.d.comb += [is2.eq((self.k == K2) if has_k2 else 0), ish.eq((self.k == KHALF) if has_kh else 0),
+                     is1.eq(~is2 & ~ish)]
+
+        # ---------------- per-layer derived registers ----------------
+        # multiples of cw (repeated addition: no multiplier) and the group of every
+        # logical column. Only cw and k feed these (both change only between
+        # layers); g is used at issue and by in_wr alone, so the sequencer may
+        # change g between passes once every step is released.
+        mult = [Signal(range(2 * TC * (NB + 1) + 1), name=f"cw_x{i}") for i in range(NB + 1)]
+        acc_cw: Value = Const(0, 1)
+        for i in range(NB + 1):
+            m.d.sync += mult[i].eq(acc_cw)
+            acc_cw = acc_cw + self.cw
+
+        def group_of(c: int) -> Value:
+            q: Value = Const(0, max(lg, 1))
+            for i in range(1, NB):
+                q = Mux(mult[i] <= c, i, q)
+            return q
+
+        qA = [Signal(lg, name=f"qA{p}") for p in range(TC)]     # group of physical PE p (lanes [0,h) in k=1/2)
+        qB = [Signal(lg, name=f"qB{p}") for p in range(TC)]     # group of p's upper half in k=1/2
+        for p in range(TC):
+            m.d.sync += qA[p].eq(Mux(is2, group_of(p // 2), group_of(p)))
+            if has_kh:
+                m.d.sync += qB[p].eq(group_of(p + TC))
+        rnd = Signal(32)
+        m.d.sync += rnd.eq((Const(1, 1) << self.shift)[1:])
+
+        # ---------------- step issue ----------------
+        active, j, jg = Signal(), Signal(range(TR + 1)), Signal(range(TR * NB + NB + 1))
+        cur = {f: Signal(w, name=f"cur_{f}") for f, w in
+               (("ib", 1), ("wb", 1), ("t", range(TR + 1)), ("first", 1), ("last", 1), ("sb", 1))}
+        at_end = j + 1 == cur["t"]
+        m.d.comb += self.step.ready.eq(~active | at_end)
+        accept = self.step.valid & self.step.ready
+        with m.If(accept):
+            m.d.sync += [active.eq(1), j.eq(0), jg.eq(0)]
+            m.d.sync += [cur[f].eq(getattr(self.step, f)) for f in cur]
+        with m.Elif(active & at_end):
+            m.d.sync += active.eq(0)
+        with m.Elif(active):
+            m.d.sync += [j.eq(j + 1), jg.eq(jg + self.g)]
+
+        # control record per pipeline stage (stage 0 = issue)
+        ctl_fields = {"valid": 1, "j": range(TR + 1), "first": 1, "last": 1, "sb": 1, "end": 1, "wb": 1}
+        stage0 = {"valid": active, "j": j, "first": cur["first"], "last": cur["last"], "sb": cur["sb"],
+                  "end": active & at_end, "wb": cur["wb"]}
+        n_stages = max(self._acc_stage[k] for k in self.modes) + 1
+        ctl = [stage0]
+        for s in range(1, n_stages):
+            rec = {f: Signal(w, name=f"s{s}_{f}") for f, w in ctl_fields.items()}
+            m.d.sync += [rec[f].eq(ctl[-1][f]) for f in ctl_fields]
+            ctl.append(rec)
+
+        def tap(offset: int) -> dict[str, Value]:
+            """The control record at stage acc_stage[k] + offset for the current mode."""
+            out = {}
+            for f, w in ctl_fields.items():
+                v = Signal(w, name=f"tap{offset}_{f}".replace("-", "m"))
+                sel: Value = ctl[self._acc_stage[K1] + offset][f]
+                if has_k2:
+                    sel = Mux(is2, ctl[self._acc_stage[K2] + offset][f], sel)
+                if has_kh:
+                    sel = Mux(ish, ctl[self._acc_stage[KHALF] + offset][f], sel)
+                m.d.comb += v.eq(sel)
+                out[f] = v
+            return out
+
+        # ---------------- input banks ----------------
+        # NB banks, each split into a lanes [0,TP) memory (lo) and a lanes [TP,2TP)
+        # memory (hi): a k=2 row uses both at one address, k=1 and k=1/2 rows
+        # alternate between them, so the buffer holds TR x TP lanes per ib half.
+        D = -(-(-(-TR // NB)) // 2)
+        lo_mem, hi_mem = [], []
+        for b in range(NB):
+            for lst, nm in ((lo_mem, "lo"), (hi_mem, "hi")):
+                mem = Memory(shape=unsigned(16 * TP), depth=2 * D, init=[])
+                m.submodules[f"in{b}_{nm}"] = mem
+                lst.append((mem.write_port(), mem.read_port()))
+
+        # writes: phys = j*g + q -> bank phys % NB, word address phys // NB
+        phys = Signal(len(self.in_wr.j) + len(self.g) + 1)
+        m.d.comb += phys.eq(_mul_small(m, self.in_wr.j, self.g, "in_jg") + self.in_wr.q)
+        wa = phys[lg:]
+        waddr = Mux(self.in_wr.ib, D, 0) + Mux(is2, wa, wa >> 1)
+        data_lo = self.in_wr.data[:16 * TP]
+        data_hi = self.in_wr.data[16 * TP:]
+        for b in range(NB):
+            hit = self.in_wr.valid & (phys[:lg] == b)
+            (lw, _), (hw_, _) = lo_mem[b], hi_mem[b]
+            m.d.comb += [lw.addr.eq(waddr), lw.data.eq(data_lo), lw.en.eq(hit & (is2 | ~wa[0])),
+                         hw_.addr.eq(waddr), hw_.data.eq(Mux(is2, data_hi, data_lo)),
+                         hw_.en.eq(hit & (is2 | wa[0]))]
+
+        # reads (stage 0): group q's row j sits in bank (j*g + q) % NB, so bank b
+        # serves phys = j*g + ((b - base) mod NB); base = (j*g) % NB
+        base, jgN = jg[:lg], jg[lg:]
+        sub = [Signal(name=f"in{b}_sub") for b in range(NB)]
+        for b in range(NB):
+            a_b = jgN + (base > b)
+            raddr = Mux(cur["ib"], D, 0) + Mux(is2, a_b, a_b >> 1)
+            m.d.comb += [lo_mem[b][1].addr.eq(raddr), hi_mem[b][1].addr.eq(raddr)]
+            m.d.sync += sub[b].eq(a_b[0])
+        selA = [Signal(lg, name=f"selA{p}") for p in range(TC)]
+        selB = [Signal(lg, name=f"selB{p}") for p in range(TC)]
+        for p in range(TC):
+            m.d.sync += [selA[p].eq(base + qA[p]), selB[p].eq(base + qB[p])]
+
+        # ---------------- weight and bias registers ----------------
+        W = [[[Signal(signed(16), name=f"w{wb}_{p}_{i}") for i in range(TP)] for p in range(TC)] for wb in range(2)]
+        BA = [[Signal(signed(32), name=f"ba{wb}_{p}") for p in range(TC)] for wb in range(2)]
+        BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else None
+        self._weight_writes(m, W, BA, BB, is1, is2, ish, lg)
+
+        # ---------------- stage 1: operands ----------------
+        c1 = ctl[1]
+        lo_out = [Signal(16 * TP, name=f"in{b}_lane_lo") for b in range(NB)]
+        for b in range(NB):
+            m.d.comb += lo_out[b].eq(Mux(sub[b] & ~is2, hi_mem[b][1].data, lo_mem[b][1].data))
+        lo_arr = Array(lo_out)
+        hi_arr = Array(hm[1].data for hm in hi_mem)
+        X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]
+        WOP = [[Signal(signed(16), name=f"wop{p}_{i}") for i in range(TP)] for p in range(TC)]
+        CA = [Signal(signed(32), name=f"ca{p}") for p in range(TC)]
+        CB = [Signal(signed(32), name=f"cb{p}") for p in range(TC)]
+        for p in range(TC):
+            odd = p % 2 == 1
+            vA = Signal(16 * TP, name=f"vA{p}")
+            m.d.comb += vA.eq(lo_arr[selA[p]])
+            vA_w = _words(vA, TP)
+            if has_k2 and odd:
+                vH = Signal(16 * TP, name=f"vH{p}")
+                m.d.comb += vH.eq(hi_arr[selA[p]])
+                vH_w = _words(vH, TP)
+            if has_kh:
+                vB = Signal(16 * TP, name=f"vB{p}")
+                m.d.comb += vB.eq(lo_arr[selB[p]])
+                vB_w = _words(vB, TP)
+            for i in range(TP):
+                src: Value = vA_w[i]
+                if has_k2 and odd:
+                    src = Mux(is2, vH_w[i], src)
+                if has_kh and h <= i < 2 * h:
+                    src = Mux(ish, vB_w[i - h], src)
+                elif has_kh and i == 2 * h:       # odd TP: lane 2h idles in k=1/2
+                    src = Mux(ish, 0, src)
+                m.d.sync += [X[p][i].eq(src), WOP[p][i].eq(Mux(c1["wb"], W[1][p][i], W[0][p][i]))]
+            no_bias = c1["first"] == 0
+            if odd:
+                no_bias = no_bias | is2                 # the pair's bias enters on the even PE
+            m.d.sync += CA[p].eq(Mux(no_bias, 0, Mux(c1["wb"], BA[1][p], BA[0][p])))
+            if has_kh:
+                m.d.sync += CB[p].eq(Mux(c1["first"] & ish, Mux(c1["wb"], BB[1][p], BB[0][p]), 0))
+
+        # ---------------- stage 2: multiply; stage 3..: trees ----------------
+        roots, halves = [], []
+        for p in range(TC):
+            prods = []
+            for i in range(TP):
+                pr = Signal(signed(32), name=f"prod{p}_{i}")
+                e: Value = X[p][i] * WOP[p][i]
+                if i == 0:
+                    e = e + CA[p]
+                if has_kh and i == h:
+                    e = e + CB[p]
+                m.d.sync += pr.eq(e)
+                prods.append(pr)
+            tree = adder_tree(m, prods, f"tree{p}")
+            roots.append(tree.root)
+            halves.append(tree.halves)
+        pairs = []
+        if has_k2:
+            for c in range(TC // 2):
+                pr = Signal(signed(32), name=f"pair{c}")
+                m.d.sync += pr.eq(roots[2 * c] + roots[2 * c + 1])
+                pairs.append(pr)
+
+        # ---------------- accumulate (stage A) ----------------
+        H = -(-TR // 2)
+        acc_mem = []
+        for i in range(2):
+            mem = Memory(shape=unsigned(32 * TC), depth=H, init=[])
+            m.submodules[f"acc{i}"] = mem
+            wr = mem.write_port()
+            acc_mem.append((wr, mem.read_port(transparent_for=(wr,))))
+        rd_tap, a_tap = tap(-1), tap(0)
+        raddr = Mux(is1, rd_tap["j"] >> 1, rd_tap["j"])
+        m.d.comb += [acc_mem[0][1].addr.eq(raddr), acc_mem[1][1].addr.eq(raddr)]
+        waddr_acc = Mux(is1, a_tap["j"] >> 1, a_tap["j"])
+        we0 = a_tap["valid"] & (~is1 | ~a_tap["j"][0])
+        we1 = a_tap["valid"] & ((is1 & a_tap["j"][0]) | ish)
+        new = [[Signal(signed(32), name=f"new{i}_{c}") for c in range(TC)] for i in range(2)]
+        for c in range(TC):
+            in0: Value = roots[c]
+            in1: Value = roots[c]
+            if has_k2:
+                in0 = Mux(is2, pairs[c] if c < len(pairs) else Const(0, signed(32)), in0)
+            if has_kh:
+                in0 = Mux(ish, halves[c][0], in0)
+                in1 = Mux(ish, halves[c][1], in1)
+            for i, inp in ((0, in0), (1, in1)):
+                old = acc_mem[i][1].data[32 * c:32 * (c + 1)].as_signed()
+                m.d.comb += new[i][c].eq(Mux(a_tap["first"], 0, old) + inp)
+        for i, we in ((0, we0), (1, we1)):
+            m.d.comb += [acc_mem[i][0].addr.eq(waddr_acc), acc_mem[i][0].en.eq(we),
+                         acc_mem[i][0].data.eq(Cat(new[i]))]
+
+        # ---------------- post-process (stage A+1) -> staging ----------------
+        post = [[Signal(signed(32), name=f"post{i}_{c}") for c in range(TC)] for i in range(2)]
+        p_we = [Signal(name=f"post_we{i}") for i in range(2)]
+        p_addr, p_sb, p_done, p_any = Signal(range(H + 1)), Signal(), Signal(), Signal()
+        m.d.sync += [post[i][c].eq(new[i][c]) for i in range(2) for c in range(TC)]
+        m.d.sync += [p_we[0].eq(we0 & a_tap["last"]), p_we[1].eq(we1 & a_tap["last"]),
+                     p_addr.eq(waddr_acc), p_sb.eq(a_tap["sb"]), p_any.eq(a_tap["valid"]),
+                     p_done.eq(a_tap["valid"] & a_tap["last"] & a_tap["end"])]
+        st_mem = []
+        for i in range(2):
+            mem = Memory(shape=unsigned(16 * TC), depth=2 * H, init=[])
+            m.submodules[f"stage{i}"] = mem
+            wr = mem.write_port()
+            st_mem.append((wr, mem.read_port()))
+            y = [requantise(m, post[i][c], self.shift, rnd, self.relu, f"y{i}_{c}") for c in range(TC)]
+            m.d.comb += [wr.addr.eq(Mux(p_sb, H, 0) + p_addr), wr.data.eq(Cat(y)), wr.en.eq(p_we[i])]
+        m.d.sync += [self.block_done.eq(p_done), self.block_sb.eq(Mux(p_done, p_sb, self.block_sb))]
+
+        # ---------------- staging read ----------------
+        st_addr = Mux(self.st_sb, H, 0) + Mux(is1, self.st_j >> 1, self.st_j)
+        m.d.comb += [st_mem[0][1].addr.eq(st_addr), st_mem[1][1].addr.eq(st_addr)]
+        st_par = Signal()
+        m.d.sync += st_par.eq(self.st_j[0])
+        s0, s1 = st_mem[0][1].data, st_mem[1][1].data
+        zero = Const(0, 16 * TC)
+        cols = Signal(32 * TC)          # logical columns; those >= nPE read as zero
+        with m.If(ish):
+            m.d.comb += cols.eq(Cat(s0, s1))
+        with m.Elif(is2):
+            m.d.comb += cols.eq(Cat(s0[:16 * (TC // 2)], Const(0, 16 * (2 * TC - TC // 2))))
+        with m.Else():
+            m.d.comb += cols.eq(Cat(Mux(st_par, s1, s0), zero))
+        m.d.comb += self.st_data.eq(cols)
+
+        # ---------------- status ----------------
+        m.d.comb += [self.released.eq(ctl[1]["valid"] & ctl[1]["end"]), self.mac_active.eq(ctl[2]["valid"]),
+                     self.idle.eq(~active & ~p_any & ~Cat(c["valid"] for c in ctl[1:]).any())]
+        return m
+
+    # ------------------------------------------------------------------
+    def _weight_writes(self, m: Module, W, BA, BB, is1: Value, is2: Value, ish: Value, lg: int) -> None:
+        """w_wr / b_wr: replicate group 0's vector to every group (period cw), register
+        it once (one cycle of write latency), then write the physical registers each
+        logical (column, lane) maps to in the current mode."""
+        TP, TC, h = self.TP, self.TC, self.h
+        has_k2, has_kh = K2 in self.modes, KHALF in self.modes
+        bw = self.nmax // 2                      # int32 biases per b_wr
+
+        # weights
+        rep_w = replicate_groups(_words(self.w_wr.data, 2 * TC), self.cw, lg)
+        wd = [Signal(16, name=f"wrep{c}") for c in range(2 * TC)]
+        wv, wwb, wlane = Signal(), Signal(), Signal.like(self.w_wr.lane)
+        m.d.sync += [wd[c].eq(rep_w[c]) for c in range(2 * TC)]
+        m.d.sync += [wv.eq(self.w_wr.valid), wwb.eq(self.w_wr.wb), wlane.eq(self.w_wr.lane)]
+        for p in range(TC):
+            for i in range(TP):
+                targets = [(is1, i, p)]
+                if has_k2 and p < 2 * (TC // 2):
+                    targets.append((is2, i + (TP if p % 2 else 0), p // 2))
+                if has_kh and i < 2 * h:
+                    targets.append((ish, i if i < h else i - h, p if i < h else p + TC))
+                for flag, lane, col in targets:
+                    with m.If(wv & flag & (wlane == lane)):
+                        for wb in range(2):
+                            with m.If(wwb == wb):
+                                m.d.sync += W[wb][p][i].eq(wd[col])
+
+        # bias: chunk at logical column `base` (a multiple of nmax/2), then replicated;
+        # a 33rd bit marks the columns this chunk covers.
+        b32 = _words(self.b_wr.data, bw, 32)
+        placed = [Cat(b32[c % bw], self.b_wr.base == (c // bw) * bw) for c in range(2 * TC)]
+        rep_b = replicate_groups(placed, self.cw, lg)
+        bd = [Signal(33, name=f"brep{c}") for c in range(2 * TC)]
+        bv, bwb = Signal(), Signal()
+        m.d.sync += [bd[c].eq(rep_b[c]) for c in range(2 * TC)]
+        m.d.sync += [bv.eq(self.b_wr.valid), bwb.eq(self.b_wr.wb)]
+        for p in range(TC):
+            targets = [(is1, BA, p, p)]
+            if has_k2 and p % 2 == 0 and p < 2 * (TC // 2):
+                targets.append((is2, BA, p, p // 2))
+            if has_kh:
+                targets += [(ish, BA, p, p), (ish, BB, p, p + TC)]
+            for flag, regs, pe, col in targets:
+                with m.If(bv & flag & bd[col][32]):
+                    for wb in range(2):
+                        with m.If(bwb == wb):
+                            m.d.sync += regs[wb][pe].eq(bd[col][:32])

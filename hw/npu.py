@@ -1,0 +1,115 @@
+"""The NPU top level: registers + control unit + DMA + EngineCore, built from a design bundle.
+
+Ports: `s_axi` (AXI4-Lite slave, the register map of hw/regmap.py), `m_axi`
+(AXI4 master, one port, ID 0) and `irq`. `build_npu(bundle)` sizes it from the
+bundle's design point, Bmax and FBCB (preloaded into the FBCB memory, and
+reloadable through FBCB_ADDR/FBCB_DATA).
+"""
+
+from __future__ import annotations
+
+from amaranth import Module, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from fluidnpu.hw.axi import axi4_signature, axi_lite_signature
+from fluidnpu.hw.dma import AxiDma
+from fluidnpu.hw.engine_core import EngineCore
+from fluidnpu.hw.registers import NpuRegisters
+from fluidnpu.hw.regmap import NpuParams
+from fluidnpu.hw.sequencer import Sequencer
+
+
+def banks(bmax: int) -> int:
+    """Input-buffer banks: a power of two >= max(2, Bmax), so bank = row % NB is a bit slice."""
+    nb = 2
+    while nb < bmax:
+        nb *= 2
+    return nb
+
+
+def nmax(TP: int, TC: int) -> int:
+    """Longest vector one DMA command moves: an input row (2TP), a weight row (2TC), 16 bias words."""
+    return max(2 * TP, 2 * TC, 16)
+
+
+class Npu(wiring.Component):
+    """The fluidnpu NPU (see docs/hw-architecture.md for the block diagram)."""
+
+    def __init__(self, params: NpuParams) -> None:
+        self.params = params
+        super().__init__({
+            "s_axi": In(axi_lite_signature(32, 32)),
+            "m_axi": Out(axi4_signature(32, params.axi_dw, 1)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        p = self.params
+        NB, NMAX = banks(p.bmax), nmax(p.TP, p.TC)
+        m.submodules.regs = regs = NpuRegisters(p)
+        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX)
+        m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
+                                        tag_width=seq.tag.size)
+        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX)
+        # SOFT_RESET aborts a run: the control unit and the core are held in reset while
+        # the DMA finishes the bursts it has already issued (AXI has no abort), so the
+        # bus is clean when the NPU is idle again.
+        flushing = Signal()
+        with m.If(regs.soft_reset):
+            m.d.sync += flushing.eq(1)
+        with m.Elif(flushing & dma.rd_idle & dma.wr_idle):
+            m.d.sync += flushing.eq(0)
+        hold = regs.soft_reset | flushing
+        m.submodules.seq = ResetInserter(hold)(seq)
+        m.submodules.core = ResetInserter(hold)(core)
+
+        wiring.connect(m, wiring.flipped(self.s_axi), regs.s_axi)
+        wiring.connect(m, wiring.flipped(self.m_axi), dma.m_axi)
+        m.d.comb += self.irq.eq(regs.irq)
+
+        # registers <-> control unit
+        m.d.comb += [
+            seq.start.eq(regs.start), seq.desc_base.eq(regs.desc_base), seq.desc_count.eq(regs.desc_count),
+            seq.bactive.eq(regs.bactive), regs.fbcb_addr.eq(seq.fbcb_addr), seq.fbcb_data.eq(regs.fbcb_data),
+            regs.busy.eq(seq.busy | flushing), regs.done.eq(seq.done), regs.error.eq(seq.error),
+            regs.error_code.eq(seq.error_code), regs.layer_done.eq(seq.layer_done),
+            regs.mac_active.eq(core.mac_active), regs.dma_stall.eq(seq.dma_stall),
+        ]
+        # control unit <-> DMA
+        m.d.comb += [
+            dma.rd_cmd.valid.eq(seq.rd_cmd_valid & ~hold), seq.rd_cmd_ready.eq(dma.rd_cmd.ready),
+            dma.rd_cmd.payload.addr.eq(seq.rd_cmd_addr), dma.rd_cmd.payload.nwords.eq(seq.rd_cmd_nwords),
+            dma.rd_cmd.payload.zero.eq(seq.rd_cmd_zero), dma.rd_cmd.payload.tag.eq(seq.rd_cmd_tag),
+            seq.rd_rsp_valid.eq(dma.rd_rsp.valid), dma.rd_rsp.ready.eq(seq.rd_rsp_ready | hold),
+            seq.rd_rsp_data.eq(dma.rd_rsp.payload.data.as_value()), seq.rd_rsp_tag.eq(dma.rd_rsp.payload.tag),
+            seq.rd_error.eq(dma.rd_error),
+            dma.wr_cmd.valid.eq(seq.wr_valid & ~hold), seq.wr_ready.eq(dma.wr_cmd.ready),
+            dma.wr_cmd.payload.addr.eq(seq.wr_addr), dma.wr_cmd.payload.nwords.eq(seq.wr_nwords),
+            dma.wr_cmd.payload.data.eq(seq.wr_data),
+            seq.wr_idle.eq(dma.wr_idle), seq.wr_error.eq(dma.wr_error),
+        ]
+        # control unit <-> EngineCore
+        m.d.comb += [
+            core.k.eq(seq.cfg_k), core.g.eq(seq.cfg_g), core.cw.eq(seq.cfg_cw),
+            core.shift.eq(seq.cfg_shift), core.relu.eq(seq.cfg_relu),
+            core.in_wr.valid.eq(seq.in_wr_valid), core.in_wr.ib.eq(seq.in_wr_ib), core.in_wr.q.eq(seq.in_wr_q),
+            core.in_wr.j.eq(seq.in_wr_j), core.in_wr.data.eq(seq.in_wr_data),
+            core.w_wr.valid.eq(seq.w_wr_valid), core.w_wr.wb.eq(seq.w_wr_wb), core.w_wr.lane.eq(seq.w_wr_lane),
+            core.w_wr.data.eq(seq.w_wr_data),
+            core.b_wr.valid.eq(seq.b_wr_valid), core.b_wr.wb.eq(seq.b_wr_wb), core.b_wr.base.eq(seq.b_wr_base),
+            core.b_wr.data.eq(seq.b_wr_data),
+            core.step.valid.eq(seq.step_valid), seq.step_ready.eq(core.step.ready),
+            core.step.ib.eq(seq.step_ib), core.step.wb.eq(seq.step_wb), core.step.t.eq(seq.step_t),
+            core.step.first.eq(seq.step_first), core.step.last.eq(seq.step_last), core.step.sb.eq(seq.step_sb),
+            seq.released.eq(core.released), seq.block_done.eq(core.block_done),
+            core.st_sb.eq(seq.st_sb), core.st_j.eq(seq.st_j), seq.st_data.eq(core.st_data),
+            seq.mac_active.eq(core.mac_active),
+        ]
+        return m
+
+
+def build_npu(bundle, data_width: int | None = None) -> Npu:
+    """The NPU a design bundle describes (FBCB preloaded; AXI width = the board's HP port width)."""
+    return Npu(NpuParams.from_bundle(bundle, axi_dw=data_width))

@@ -1,0 +1,351 @@
+"""The NPU's register map: the one definition the RTL, the exports and the host driver share.
+
+Pure Python on purpose (no amaranth, no numpy): the host driver imports it on
+the board's ARM cores, where only numpy is installed, and `hw/registers.py`
+builds the AXI4-Lite register block from the same tables, so the hardware and
+the driver cannot drift apart. `hw/export.py` turns it into JSON, a C header
+and `docs/register-map.md`.
+
+The policies the tables alone do not say are in POLICIES (exported to the
+docs with the tables): unmapped offsets, WSTRB, writes while busy, error
+precedence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+import math
+import struct
+from typing import Any, Iterable, Mapping
+import zlib
+
+from fluidnpu.errors import FluidError
+
+ID_VALUE = 0x464E5055  # "FNPU"
+VERSION_MAJOR = 1
+VERSION_MINOR = 0
+VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
+REG_BYTES = 4
+WINDOW_BYTES = 0x1000  # the address range Vivado assigns (only bits [11:2] are decoded)
+K_CODES = {0: 1.0, 1: 2.0, 2: 0.5}  # FBCB k code -> k (same as fluidnpu.dse.perf_model.K_CODE_TO_K)
+
+
+class Access(str, Enum):
+    """How software may touch a register."""
+
+    RO = "RO"    # read only; writes ignored
+    RW = "RW"    # read/write
+    WO = "WO"    # write only (an action); reads return 0
+    W1C = "W1C"  # write 1 to clear a bit; writing 0 leaves it
+
+
+@dataclass(frozen=True)
+class Field:
+    """A bit field of a register; `lsb`/`width` give its place in the 32-bit word."""
+
+    name: str
+    lsb: int
+    width: int
+    desc: str
+
+    @property
+    def mask(self) -> int:
+        """The field's bits in place (e.g. 0xFF00 for [15:8])."""
+        return ((1 << self.width) - 1) << self.lsb
+
+    @property
+    def msb(self) -> int:
+        return self.lsb + self.width - 1
+
+    def get(self, word: int) -> int:
+        """This field's value in a register word."""
+        return (word >> self.lsb) & ((1 << self.width) - 1)
+
+    def put(self, value: int) -> int:
+        """`value` placed in this field (checked, so a too-large value is not silently cut)."""
+        if not 0 <= value < 1 << self.width:
+            raise FluidError(f"field {self.name} is {self.width} bits; {value} does not fit")
+        return value << self.lsb
+
+
+@dataclass(frozen=True)
+class Register:
+    """One 32-bit register. `reset` None means the value depends on the generated design."""
+
+    name: str
+    offset: int
+    access: Access
+    desc: str
+    fields: tuple[Field, ...] = ()
+    reset: int | None = 0
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name}")
+
+    @property
+    def mask(self) -> int:
+        """The bits that exist (read back or act); the rest read 0."""
+        m = 0
+        for f in self.fields:
+            m |= f.mask
+        return m
+
+
+def _whole(name: str, desc: str, width: int = 32) -> tuple[Field, ...]:
+    return (Field(name, 0, width, desc),)
+
+
+_CFG = "Read-only build parameter of this bitstream: "
+
+REGISTERS: tuple[Register, ...] = (
+    Register("ID", 0x00, Access.RO, 'Identifies the block: 0x464E5055 ("FNPU").',
+             _whole("ID", "constant 0x464E5055"), ID_VALUE),
+    Register("VERSION", 0x04, Access.RO, "Register-map version; a driver refuses a major it does not know.",
+             (Field("MINOR", 0, 16, "minor version (compatible additions)"),
+              Field("MAJOR", 16, 16, "major version (incompatible changes)")), VERSION_VALUE),
+    Register("CTRL", 0x08, Access.WO,
+             "Actions; every bit is a self-clearing pulse. SOFT_RESET wins over START in the same write.",
+             (Field("START", 0, 1, "run DESC_COUNT layers from DESC_BASE at Bactive; refused with BAD_BACTIVE "
+                                   "unless 1 <= BACTIVE <= Bmax, with START_WHILE_BUSY while BUSY; an accepted "
+                                   "START clears STATUS.DONE/ERROR/ERROR_CODE and LAYER"),
+              Field("SOFT_RESET", 1, 1, "abort the sequencer and DMA, clear STATUS, IRQ_STATUS and LAYER; "
+                                        "configuration, FBCB contents and counters are kept"),
+              Field("CLEAR_COUNTERS", 2, 1, "zero CYC_BUSY, CYC_MAC, CYC_DMA_STALL and CYC_LAYERS"))),
+    Register("IRQ_EN", 0x0C, Access.RW, "Interrupt enables; the irq line is |(IRQ_STATUS & IRQ_EN).",
+             (Field("DONE", 0, 1, "interrupt when a run finishes"),
+              Field("ERROR", 1, 1, "interrupt on any error"))),
+    Register("STATUS", 0x10, Access.RO,
+             "Run state. A driver waits for BUSY = 0, then checks ERROR.",
+             (Field("BUSY", 0, 1, "a run is in progress (set from the START write on)"),
+              Field("DONE", 1, 1, "the last run finished; cleared by the next accepted START"),
+              Field("ERROR", 2, 1, "an error happened since the last accepted START or SOFT_RESET"),
+              Field("ERROR_CODE", 8, 8, "the most recent error (ErrorCode)"))),
+    Register("IRQ_STATUS", 0x14, Access.W1C, "Latched interrupt events; write 1 to clear. A new event in the "
+                                             "clearing cycle wins, so none is lost.",
+             (Field("DONE", 0, 1, "a run finished"),
+              Field("ERROR", 1, 1, "an error was raised"))),
+    Register("DESC_BASE", 0x18, Access.RW, "Byte address of the subnet's first layer descriptor "
+                                           "(hw/descriptor.py). Not writable while BUSY.",
+             _whole("ADDR", "byte address")),
+    Register("DESC_COUNT", 0x1C, Access.RW, "Number of layers in the subnet. Not writable while BUSY.",
+             _whole("COUNT", "layers", 16)),
+    Register("BACTIVE", 0x20, Access.RW, "Active batch size b of the next run (Fluid Batching's Bactive). "
+                                         "Any value may be written; START checks 1 <= b <= Bmax. "
+                                         "Not writable while BUSY.",
+             _whole("VALUE", "samples in the batch")),
+    Register("BEXIT", 0x24, Access.WO, "Bactive -= value: samples that left at an exit. Refused with "
+                                       "BAD_BACTIVE_UPDATE (Bactive unchanged) if value > Bactive.",
+             _whole("COUNT", "samples that exited")),
+    Register("BINCR", 0x28, Access.WO, "Bactive += value: samples backfilled into the batch. Refused with "
+                                       "BAD_BACTIVE_UPDATE (Bactive unchanged) if the sum exceeds Bmax.",
+             _whole("COUNT", "samples added")),
+    Register("FBCB_ADDR", 0x2C, Access.RW, "FBCB entry index layer*Bmax + (b-1) that FBCB_DATA writes next.",
+             _whole("INDEX", "entry index", 16)),
+    Register("FBCB_DATA", 0x30, Access.WO,
+             "Writes the FBCB entry at FBCB_ADDR, then FBCB_ADDR += 1. Only the low ceil(log2 Bmax) bits of "
+             "BR_M1 are stored. Refused with FBCB_INDEX past the table, WRITE_WHILE_BUSY while BUSY.",
+             (Field("K_CODE", 0, 2, "0: k = 1, 1: k = 2, 2: k = 1/2"),
+              Field("BR_M1", 2, 14, "BR - 1 (samples per group minus one)"))),
+    Register("LAYER", 0x34, Access.RO, "Layers of the current subnet completed (cleared by START).",
+             _whole("COUNT", "layers", 16)),
+    Register("CYC_BUSY", 0x40, Access.RO, "Cycles BUSY was set (wraps at 2^32).", _whole("COUNT", "cycles")),
+    Register("CYC_MAC", 0x44, Access.RO, "Cycles a row entered the MAC array.", _whole("COUNT", "cycles")),
+    Register("CYC_DMA_STALL", 0x48, Access.RO, "Cycles the MAC array waited for data.",
+             _whole("COUNT", "cycles")),
+    Register("CYC_LAYERS", 0x4C, Access.RO, "Layers completed since the counters were cleared.",
+             _whole("COUNT", "layers")),
+    Register("CFG_TR", 0x60, Access.RO, _CFG + "TR (rows per tile).", _whole("VALUE", "TR"), None),
+    Register("CFG_TP", 0x64, Access.RO, _CFG + "TP (MAC tree width).", _whole("VALUE", "TP"), None),
+    Register("CFG_TC", 0x68, Access.RO, _CFG + "TC (processing elements).", _whole("VALUE", "TC"), None),
+    Register("CFG_BMAX", 0x6C, Access.RO, _CFG + "Bmax.", _whole("VALUE", "Bmax"), None),
+    Register("CFG_LAYERS", 0x70, Access.RO, _CFG + "FBCB depth L (layers).", _whole("VALUE", "L"), None),
+    Register("CFG_AXI_DW", 0x74, Access.RO, _CFG + "m_axi data width in bits.", _whole("VALUE", "bits"), None),
+    Register("CFG_DESIGN_HASH", 0x78, Access.RO,
+             _CFG + "design_hash() of the bundle it was built from; a driver refuses a mismatch.",
+             _whole("VALUE", "hash"), None),
+)
+
+REG: dict[str, Register] = {r.name: r for r in REGISTERS}
+BY_OFFSET: dict[int, Register] = {r.offset: r for r in REGISTERS}
+
+POLICIES: tuple[str, ...] = (
+    "Only byte-address bits [11:2] are decoded (a 4 KiB window). Unmapped offsets read 0 and ignore writes, "
+    "with an OKAY response, like Xilinx's own AXI4-Lite IP; a driver finds the block by reading ID.",
+    "Writes to read-only registers are ignored (OKAY). Write-only registers read 0.",
+    "WSTRB: a write with no strobe bit set does nothing. RW registers keep the bytes whose strobe is 0; "
+    "the action registers (CTRL, IRQ_STATUS, BEXIT, BINCR, FBCB_DATA) see unstrobed bytes as 0.",
+    "While BUSY, the registers the running subnet reads (DESC_BASE, DESC_COUNT, BACTIVE, BEXIT, BINCR, "
+    "FBCB_DATA) do not change: such a write is ignored and raises WRITE_WHILE_BUSY. IRQ_EN, IRQ_STATUS, "
+    "FBCB_ADDR and CTRL work at any time. BUSY is set from the cycle START is accepted.",
+    "STATUS.ERROR and ERROR_CODE hold the most recent error (a sequencer error wins over a register error "
+    "in the same cycle) until the next accepted START or a SOFT_RESET. IRQ_STATUS latches DONE and ERROR "
+    "events for the interrupt; an event in the cycle its bit is cleared is kept.",
+    "Between subnets (runs end at exit points) the control software tracks Bactive as the paper's CU does: "
+    "BEXIT with the samples that left at the exit, BINCR with the backfilled samples merged in; BACTIVE "
+    "may also be written directly, e.g. to run a preempting new batch. Then DESC_BASE/DESC_COUNT and START.",
+)
+
+# Registers the running subnet reads: writes to them while BUSY are refused.
+BUSY_LOCKED = ("DESC_BASE", "DESC_COUNT", "BACTIVE", "BEXIT", "BINCR", "FBCB_DATA")
+
+
+class ErrorCode(IntEnum):
+    """STATUS.ERROR_CODE values; `.message` is the one-line explanation a driver shows."""
+
+    NONE = 0
+    BAD_BACTIVE = 1
+    BAD_BACTIVE_UPDATE = 2
+    BAD_DESCRIPTOR = 3
+    AXI_READ = 4
+    AXI_WRITE = 5
+    START_WHILE_BUSY = 6
+    WRITE_WHILE_BUSY = 7
+    FBCB_INDEX = 8
+
+    @property
+    def message(self) -> str:
+        return _ERROR_MESSAGES[self]
+
+
+_ERROR_MESSAGES = {
+    ErrorCode.NONE: "no error",
+    ErrorCode.BAD_BACTIVE: "START with BACTIVE 0 or greater than Bmax; the run did not start",
+    ErrorCode.BAD_BACTIVE_UPDATE: "BEXIT greater than BACTIVE, or BINCR beyond Bmax; BACTIVE unchanged",
+    ErrorCode.BAD_DESCRIPTOR: "a layer descriptor is malformed or does not fit this NPU; the run stopped",
+    ErrorCode.AXI_READ: "an m_axi read returned an error response; the run stopped",
+    ErrorCode.AXI_WRITE: "an m_axi write returned an error response; the run stopped",
+    ErrorCode.START_WHILE_BUSY: "START while a run is in progress; ignored",
+    ErrorCode.WRITE_WHILE_BUSY: "DESC_BASE, DESC_COUNT, BACTIVE, BEXIT, BINCR or FBCB_DATA written while BUSY; "
+                                "ignored",
+    ErrorCode.FBCB_INDEX: "FBCB_DATA written with FBCB_ADDR past the table (L*Bmax entries); ignored",
+}
+
+
+# ---- FBCB entries -------------------------------------------------------------------------------
+
+def fbcb_br_bits(bmax: int) -> int:
+    """Bits of BR-1 in an entry: ceil(log2 Bmax); 0 for Bmax = 1, where BR is always 1."""
+    if bmax < 1:
+        raise FluidError(f"Bmax must be at least 1, got {bmax}")
+    return math.ceil(math.log2(bmax)) if bmax > 1 else 0
+
+
+def fbcb_entry_bits(bmax: int) -> int:
+    """Bits of one FBCB memory entry: the 2-bit k code, then BR-1."""
+    return fbcb_br_bits(bmax) + 2
+
+
+def fbcb_index(layer: int, b: int, bmax: int) -> int:
+    """FBCB_ADDR of layer `layer` (execution order) at active batch size b."""
+    if not 1 <= b <= bmax or layer < 0:
+        raise FluidError(f"no FBCB entry for layer {layer} at b={b} (Bmax={bmax})")
+    return layer * bmax + (b - 1)
+
+
+def encode_fbcb_entry(br: int, k_code: int, bmax: int) -> int:
+    """The FBCB_DATA word of <BR, k>: k_code | (BR-1) << 2."""
+    if k_code not in K_CODES:
+        raise FluidError(f"FBCB k code must be one of {sorted(K_CODES)}, got {k_code}")
+    if not 1 <= br <= bmax:
+        raise FluidError(f"FBCB BR must be in 1..{bmax}, got {br}")
+    return k_code | (br - 1) << 2
+
+
+def decode_fbcb_entry(word: int, bmax: int) -> tuple[int, int]:
+    """(BR, k_code) of a stored entry (bits above the entry width are ignored)."""
+    k_code = word & 0b11
+    br = ((word >> 2) & ((1 << fbcb_br_bits(bmax)) - 1)) + 1
+    return br, k_code
+
+
+def _bundle_data(bundle: Any) -> Mapping[str, Any]:
+    """A Bundle's JSON dict, or the dict itself (so this module never imports fluidnpu.bundle)."""
+    data = getattr(bundle, "data", bundle)
+    if not isinstance(data, Mapping):
+        raise FluidError(f"expected a design bundle or its dict, got {type(bundle).__name__}")
+    return data
+
+
+def fbcb_table(bundle: Any) -> list[int]:
+    """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
+    d = _bundle_data(bundle)
+    bmax = int(d["bmax"])
+    words = []
+    for row in d["fbcb"]["entries"]:
+        if len(row) != bmax:
+            raise FluidError(f"FBCB row has {len(row)} entries, expected Bmax = {bmax}")
+        words.extend(encode_fbcb_entry(int(br), int(k), bmax) for br, k in row)
+    return words
+
+
+def design_hash(bundle: Any) -> int:
+    """32-bit fingerprint of what the RTL is built from: design point, Bmax and FBCB table.
+
+    CRC-32 (zlib/IEEE, as `crc32` in most C libraries) of the little-endian
+    uint32 words TR, TP, TC, Bmax, L, then the L*Bmax packed FBCB entries in
+    index order. A bundle re-run through the DSE with another result, or a
+    bitstream built from another bundle, gives another value.
+    """
+    d = _bundle_data(bundle)
+    des = d["design"]
+    table = fbcb_table(d)
+    words: Iterable[int] = (des["TR"], des["TP"], des["TC"], d["bmax"], len(d["fbcb"]["entries"]), *table)
+    return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class NpuParams:
+    """The build parameters the register block reports (CFG_*) and sizes itself by."""
+
+    TR: int
+    TP: int
+    TC: int
+    bmax: int
+    layers: int
+    axi_dw: int = 64
+    design_hash: int = 0
+    fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
+
+    def __post_init__(self) -> None:
+        for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
+            if getattr(self, name) < 1:
+                raise FluidError(f"NPU parameter {name} must be at least 1, got {getattr(self, name)}")
+        if self.fbcb_depth > 1 << 16:
+            raise FluidError(f"FBCB of {self.fbcb_depth} entries exceeds FBCB_ADDR's 16 bits")
+        if self.fbcb and len(self.fbcb) != self.fbcb_depth:
+            raise FluidError(f"initial FBCB has {len(self.fbcb)} entries, expected L*Bmax = {self.fbcb_depth}")
+
+    @property
+    def fbcb_depth(self) -> int:
+        return self.layers * self.bmax
+
+    @property
+    def fbcb_width(self) -> int:
+        return fbcb_entry_bits(self.bmax)
+
+    @property
+    def cfg_values(self) -> dict[str, int]:
+        """Values of the CFG_* registers."""
+        return {"CFG_TR": self.TR, "CFG_TP": self.TP, "CFG_TC": self.TC, "CFG_BMAX": self.bmax,
+                "CFG_LAYERS": self.layers, "CFG_AXI_DW": self.axi_dw, "CFG_DESIGN_HASH": self.design_hash}
+
+    @classmethod
+    def from_bundle(cls, bundle: Any, axi_dw: int | None = None) -> "NpuParams":
+        """Parameters of a Bundle (or its dict); AXI width defaults to the board's HP port width."""
+        d = _bundle_data(bundle)
+        des = d["design"]
+        dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
+        return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
+                   layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
+                   fbcb=tuple(fbcb_table(d)))
+
+
+def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:
+    """The value a register reads after reset; CFG_* need the design's parameters."""
+    if reg.reset is None:
+        return None if params is None else params.cfg_values[reg.name]
+    return reg.reset

@@ -1,0 +1,227 @@
+"""`fluidnpu simulate` and `fluidnpu eval`: the scheduler's command line.
+
+Registered by fluidnpu/cli.py through `commands`. The shared helpers of
+fluidnpu.cli (consoles, JSON output, model loading) are imported inside the
+command bodies: fluidnpu.cli imports this module while it is being set up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from fluidnpu.errors import FluidError
+from fluidnpu.scheduler_fw.experiments import FIGURES
+from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
+
+_POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb "
+                "(S/M/L: batch-forming timeout of 5/45/95% of the SLO)")
+
+
+def _progress(console, as_json: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=as_json and not console.is_terminal)
+
+
+@click.command("simulate", short_help="Serve a seeded Poisson trace with one policy; latency, SLO, utilisation.")
+@click.option("--model", "-m", default=None, help="resnet50 or inceptionv3 (with --board; not with --design)")
+@click.option("--board", "-b", default=None, help="zc706, zcu104 or a board .json")
+@click.option("--design", type=click.Path(dir_okay=False), default=None,
+              help="run on this design bundle instead of the policy's own DSE'd design")
+@click.option("--policy", "-p", required=True, help=_POLICY_HELP)
+@click.option("--rate", type=float, required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--slo", type=float, required=True, help="p99 latency SLO (ms)")
+@click.option("--seeds", type=int, default=3, show_default=True, help="number of seeds to average")
+@click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
+@click.option("--bmax", type=int, default=None, help="largest batch (default 8, or the bundle's with --design)")
+@click.option("--samples", type=int, default=DEFAULT_SAMPLES, show_default=True, help="requests per seed")
+@click.option("--decision-cost-us", type=float, default=DEFAULT_DECISION_COST_S * 1e6, show_default=True,
+              help="NPU stall per scheduler invocation (µs)")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")
+@click.option("--json", "as_json", is_flag=True, help="print every metric as JSON")
+def simulate_cmd(model: str | None, board: str | None, design: str | None, policy: str, rate: float, slo: float,
+                 seeds: int, first_seed: int, bmax: int | None, samples: int, decision_cost_us: float,
+                 cache_dir: str | None, as_json: bool) -> None:
+    """Serve a seeded Poisson trace with one POLICY and report latency, SLO violations, utilisation."""
+    from fluidnpu.cli import _emit_json, err, load_model, out
+    from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
+    from fluidnpu.scheduler_fw.policy import check_positive
+    from fluidnpu.scheduler_fw.registry import policy_spec
+    from fluidnpu.scheduler_fw.simulation import Setting, simulate
+
+    spec = policy_spec(policy)
+    check_positive(rate, "--rate (samples/s)")
+    check_positive(slo, "--slo (ms)")
+    if seeds < 1:
+        raise FluidError(f"--seeds must be >= 1, got {seeds}")
+    if samples < 1:
+        raise FluidError(f"--samples must be >= 1, got {samples}")
+    if decision_cost_us < 0:
+        raise FluidError(f"--decision-cost-us must be >= 0, got {decision_cost_us}")
+    if bmax is not None and bmax < 1:
+        raise FluidError(f"--bmax must be >= 1, got {bmax}")
+    cached = None
+    if design:
+        if model or board:
+            raise FluidError("give either --design or --model/--board, not both")
+        bundle = load_design(design)
+        source = design
+    else:
+        if not model or not board:
+            raise FluidError("need --model and --board (or --design)")
+        from fluidnpu.boards import load_board
+        from fluidnpu.scheduler_fw.designs import design_for
+
+        wl = load_model(model)
+        brd = load_board(board)
+        with _progress(err, as_json) as prog:
+            task = prog.add_task(f"DSE {wl.name} on {brd.name} ({spec.design.key})", total=None)
+            bundle, cached = design_for(wl, brd, spec.design, bmax or 8, Path(cache_dir) if cache_dir else None,
+                                        progress=lambda d, t: prog.update(task, completed=d, total=t))
+        source = f"DSE {spec.design.key}" + (" (cached)" if cached else "")
+    table = LatencyTable.from_bundle(bundle, bmax)
+    setting = Setting(spec.name, rate, slo / 1e3, table.bmax, samples, decision_cost_us * 1e-6)
+    setting.validate(table)
+    with _progress(err, as_json) as prog:
+        prog.add_task(f"simulating {spec.label} at {rate:g}/s", total=None)
+        res = simulate(setting, table, tuple(range(first_seed, first_seed + seeds)))
+    TR, TP, TC = bundle.design
+    report: dict[str, Any] = {
+        "model": bundle.workload.name, "board": bundle.board.name, "policy": spec.name, "label": spec.label,
+        "design": {"TR": TR, "TP": TP, "TC": TC, "kind": bundle.data["dse"]["batching"],
+                   "stackable": bundle.data["dse"]["stackable"], "source": source,
+                   "peak_gops": table.peak_ops_per_s / 1e9},
+    } | res.to_dict()
+    if as_json:
+        _emit_json(report)
+        return
+    from rich.table import Table
+
+    m = res.mean
+    out.print(f"[bold]{spec.label}[/] on {report['model']} / {report['board']} <{TR}, {TP}, {TC}> ({source}), "
+              f"{rate:g} samples/s, p99 SLO {slo:g} ms, Bmax {table.bmax}, {seeds} seed(s) x {samples} requests")
+    t = Table(title="metrics (mean over seeds)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [("mean latency", f"{m['mean_latency_ms']:.1f} ms"), ("p99 latency", f"{m['p99_latency_ms']:.1f} ms"),
+            ("SLO violation rate", f"{100 * m['slo_violation_rate']:.2f} %"),
+            ("NPU utilisation (busy)", f"{100 * m['utilisation']:.1f} %"),
+            ("NPU busy fraction", f"{100 * m['busy_fraction']:.1f} %"),
+            ("throughput", f"{m['throughput']:.2f} samples/s"),
+            ("scheduler invocations", f"{m['invocations']:.0f} ({m['invocations_per_sample']:.2f} / sample)"),
+            ("preemption-point evaluations", f"{m['preemption_points']:.0f}"),
+            ("preemptions", f"{m['preemptions']:.0f}"), ("mean batch per run", f"{m['mean_run_batch']:.2f}")]
+    for k, v in rows:
+        t.add_row(k, v)
+    out.print(t)
+
+
+@click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
+@click.argument("what", type=click.Choice([*FIGURES, "all"]))
+@click.option("--seeds", type=int, default=3, show_default=True, help="seeds averaged per point")
+@click.option("--samples", type=int, default=DEFAULT_SAMPLES, show_default=True, help="requests per seed")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="build/eval", show_default=True,
+              help="where the CSV/JSON/PNG files go")
+@click.option("--jobs", type=int, default=None, help="worker processes (default: up to 2)")
+@click.option("--bmax", type=int, default=8, show_default=True)
+@click.option("--decision-cost-us", type=float, default=DEFAULT_DECISION_COST_S * 1e6, show_default=True,
+              help="NPU stall per scheduler invocation (µs)")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")
+@click.option("--no-plots", is_flag=True, help="CSV/JSON only")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None, bmax: int, decision_cost_us: float,
+             cache_dir: str | None, no_plots: bool, as_json: bool) -> None:
+    """Reproduce the paper's Fig. 4, 5, 6, 7 or Table I (or all) into --out."""
+    from fluidnpu.cli import _emit_json, err, out
+    from fluidnpu.scheduler_fw.experiments import EvalConfig, run_figure, write_headline
+
+    cfg = EvalConfig(seeds=seeds, n_samples=samples, bmax=bmax, decision_cost_s=decision_cost_us * 1e-6,
+                     cache_dir=Path(cache_dir) if cache_dir else None)
+    if jobs is not None:
+        cfg.jobs = jobs
+    cfg.validate()
+    names = list(FIGURES) if what == "all" else [what]
+    results = {}
+    with _progress(err, as_json) as prog:
+        task = prog.add_task("", total=None)
+        for name in names:
+            def progress(desc: str, done: int, total: int, _name: str = name) -> None:
+                prog.update(task, description=f"[bold]{_name}[/] {desc}", completed=done, total=total)
+
+            results[name] = run_figure(name, Path(out_dir), cfg, progress, plots=not no_plots)
+    headline = write_headline(Path(out_dir)) if {"fig4", "fig5"} & set(names) else None
+    if as_json:
+        doc = {n: {"summary": r["summary"], "files": [str(Path(out_dir) / f) for f in r["files"]],
+                   "seconds": r["seconds"]} for n, r in results.items()}
+        if headline:
+            doc["headline"] = headline
+        _emit_json(doc)
+        return
+    for name, r in results.items():
+        _print_summary(out, name, r)
+        out.print(f"{name}: {len(r['files'])} files in [bold]{out_dir}[/] ({r['seconds']:.1f} s)")
+    if headline:
+        out.print(f"headline (Figs. 4 + 5, every baseline): FluidB mean latency "
+                  f"{headline['mean_latency_gain_geomean']:.2f}x lower (paper 1.97x), violation rate "
+                  f"{100 * headline['baseline_violation_rate_mean']:.1f}% -> "
+                  f"{100 * headline['fluidb_violation_rate_mean']:.2f}% (headline.json)")
+
+
+def _print_summary(out, name: str, r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    s = r["summary"]
+    if name == "table1":
+        t = Table(title="Table I: LazyBatching vs FluidB (avg latency ms / violation rate), ours [paper]")
+        for col in ("model", "board", "rate", "SLO", "LazyBatching", "FluidB", "lat. ratio", "viol. pp"):
+            t.add_column(col, justify="right")
+        for row in s["rows"]:
+            o, p = row["ours"], row["paper"]
+            t.add_row(row["model"], row["board"], f"{row['rate']:g}", f"{row['slo_ms']:g}",
+                      f"{o['lazybatching'][0]:.0f} / {100 * o['lazybatching'][1]:.1f}% "
+                      f"[{p['lazybatching'][0]:.0f} / {100 * p['lazybatching'][1]:.1f}%]",
+                      f"{o['fluidb'][0]:.0f} / {100 * o['fluidb'][1]:.1f}% "
+                      f"[{p['fluidb'][0]:.0f} / {100 * p['fluidb'][1]:.1f}%]",
+                      f"{row['ours_latency_ratio']:.2f}x [{row['paper_latency_ratio']:.2f}x]",
+                      f"{row['ours_violation_pp']:.1f} [{row['paper_violation_pp']:.1f}]")
+        out.print(t)
+        return
+    if name == "fig7":
+        t = Table(title="Fig. 7: GOp/s at b = 1 / 2 / Bmax, each scheme on its own design")
+        t.add_column("model / board")
+        t.add_column("scheme")
+        t.add_column("GOp/s", justify="right")
+        for pair, v in s.items():
+            for lab, g in v["gops"].items():
+                t.add_row(pair, lab, " / ".join(f"{x:.1f}" for x in g.values()))
+        out.print(t)
+        return
+    rows = r["rows"]
+    xkey = "slo_ms" if name == "fig6" else "rate"
+    for panel in dict.fromkeys(x["panel"] for x in rows):
+        prow = [x for x in rows if x["panel"] == panel]
+        xs = sorted({x[xkey] for x in prow})
+        metric = "slo_violation_rate" if name == "fig6" else "mean_latency_ms"
+        t = Table(title=f"{name} {panel}: {'SLO violation rate (%)' if name == 'fig6' else 'mean latency (ms)'} "
+                        f"by {'SLO (ms)' if name == 'fig6' else 'rate (samples/s)'}")
+        t.add_column("policy")
+        for x in xs:
+            t.add_column(f"{x:g}", justify="right")
+        for pol in dict.fromkeys(x["label"] for x in prow):
+            vals = {x[xkey]: x[metric] for x in prow if x["label"] == pol}
+            t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" for x in xs))
+        out.print(t)
+    if "mean_latency_gain_geomean" in s:
+        out.print(f"FluidB vs the baselines: mean latency {s['mean_latency_gain_geomean']:.2f}x lower (geomean), "
+                  f"p99 {s['p99_latency_gain_geomean']:.2f}x; violation rate "
+                  f"{100 * s['baseline_violation_rate_mean']:.1f}% "
+                  f"vs {100 * s['fluidb_violation_rate_mean']:.2f}%")
+
+
+commands: list[click.Command] = [simulate_cmd, eval_cmd]

