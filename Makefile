@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test bench docs-figures clean
+.PHONY: run test bench eval docs-figures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,13 +27,20 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n 2
 
-## make bench: the DSE speed benchmark
-bench: $(VENV)/.installed-run
+## make bench: DSE, scheduler and RTL-simulation speed benchmarks
+bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_dse.py
+	$(BIN)/python benchmarks/bench_scheduler.py
+	$(BIN)/python benchmarks/bench_rtl_sim.py
+
+## make eval: the scheduler's reproductions of the paper's Figs. 4-7 and Table I
+eval: $(VENV)/.installed-dev
+	$(BIN)/fluidnpu eval all --out docs/figures/eval
 
 ## make docs-figures: both zoo models on both boards, every batching mode (feeds docs/dse.md)
 docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/dse_report.py --out docs/figures
+	$(BIN)/python benchmarks/rtl_agreement.py --out docs/figures/rtl
 
 clean:
 	rm -rf $(VENV) $(BUILD) .pytest_cache

@@ -56,9 +56,9 @@ class EngineTiming:
 
     word_bytes: int = 2
     fill_base: int = 5
-    layer_overhead: int = 32
+    layer_overhead: int = 100
     step_overhead: int = 1
-    dma_latency: int = 5
+    dma_latency: int = 6
 
 
 DEFAULT_TIMING = EngineTiming()
@@ -78,6 +78,25 @@ def mode_dims(TR: ArrayLike, TP: ArrayLike, TC: ArrayLike, k_code: int) -> tuple
 
 def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return -(-a // b)
+
+
+def _gcd(a: ArrayLike, b: ArrayLike) -> np.ndarray:
+    """np.gcd over broadcast operands with few distinct values (designs x layers): a table
+    of the distinct pairs, indexed -- np.gcd on the full grid is the DSE's slowest step."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    ua, ia = np.unique(a, return_inverse=True)
+    ub, ib = np.unique(b, return_inverse=True)
+    return np.gcd.outer(ua, ub)[ia.reshape(a.shape), ib.reshape(b.shape)]
+
+
+@dataclass(frozen=True)
+class TileCosts:
+    """What a column tile of w weight columns costs to move, computed once per layer."""
+
+    w: np.ndarray
+    weights: np.ndarray        # all P weight rows + the tile's bias
+    first_weights: np.ndarray  # the first step's weight rows + bias
+    out_row: np.ndarray        # one output row of one group (the writer's command)
 
 
 @dataclass(frozen=True)
@@ -112,7 +131,11 @@ class Bus:
         takes exactly (n + wpb - grain) / wpb beats, wpb = words per beat.
         """
         wpb = self.words_per_beat
-        grain = np.gcd(np.asarray(grain, dtype=np.int64), wpb)
+        grain = np.asarray(grain, dtype=np.int64)
+        if wpb & (wpb - 1) == 0:                  # gcd with a power of two: the lowest set bit
+            grain = np.minimum(grain & -grain, wpb)
+        else:
+            grain = np.gcd(grain, wpb)
         beats = (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
         return beats * (wpb * self.word_bytes / self.bytes_per_cycle)
 
@@ -129,17 +152,21 @@ class LayerCosts:
     bus: Bus
     timing: EngineTiming
 
-    def weights(self, rows: ArrayLike, w: ArrayLike) -> np.ndarray:
+    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray) -> np.ndarray:
         """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias."""
-        return (self.bus.cycles(np.asarray(rows) * w, rows, np.gcd(self.C, w))
-                + self.bus.cycles(2 * np.asarray(w), 1, 2 * np.asarray(w)))
+        return self.bus.cycles(np.asarray(rows) * w, rows, grain) + self.bus.cycles(2 * w, 1, 2 * w)
 
-    def outputs(self, rows: ArrayLike, w: ArrayLike) -> np.ndarray:
-        """The writer: one command per (row, group), each at least a cycle."""
-        return np.asarray(rows) * np.maximum(1.0, self.bus.cycles(w, 1, np.gcd(self.C, w)))
+    def tile(self, w: ArrayLike) -> TileCosts:
+        w = np.asarray(w)
+        # only gcd(C, w, words per beat) matters: for a power-of-two beat, min of lowest set bits
+        wpb = self.bus.words_per_beat
+        grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
+        return TileCosts(w, self._weights(self.P, w, grain),
+                         self._weights(np.minimum(self.TPk, self.P), w, grain),
+                         np.maximum(1.0, self.bus.cycles(w, 1, grain)))
 
-    def block(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
-        """One row block of t rows, w columns, `groups` sample groups side by side.
+    def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """One row block of t rows, a column tile, `groups` sample groups side by side.
 
         Steps pipeline over two buffer halves: the reads of step s+1 (F
         cycles) overlap step s's t cycles of compute, and the fetch of step
@@ -147,24 +174,23 @@ class LayerCosts:
         max(t, F + step_overhead, (F + step_overhead + dma_latency + t) / 2);
         the writer drains the previous block on the write channel meanwhile.
         """
-        t, w, groups = np.asarray(t), np.asarray(w), np.asarray(groups)
+        t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        fetch = self.weights(self.P, w) + t * groups * self.in_row + self.n_p * tm.step_overhead
+        fetch = tile.weights + t * groups * self.in_row + self.n_p * tm.step_overhead
         compute = self.n_p * t
         balance = (fetch + self.n_p * (tm.dma_latency + t)) / 2
         steps = np.maximum(np.maximum(compute, fetch), balance)
-        return np.maximum(steps, self.outputs(t * groups, w)) + 1
+        return np.maximum(steps, t * groups * tile.out_row) + 1
 
-    def prologue(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
+    def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
-        first_lanes = np.minimum(self.TPk, self.P)
-        return (self.weights(first_lanes, w) + np.asarray(t) * groups * self.in_row / self.n_p
+        return (tile.first_weights + np.asarray(t) * groups * self.in_row / self.n_p
                 + self.timing.step_overhead + self.timing.dma_latency)
 
-    def drain(self, t: ArrayLike, w: ArrayLike, groups: ArrayLike) -> np.ndarray:
+    def drain(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """After the last row: the pipeline empties and the last block is written out."""
         fill = self.timing.fill_base + np.ceil(np.log2(self.TPk))
-        return fill + self.outputs(np.asarray(t) * groups, w)
+        return fill + np.asarray(t) * groups * tile.out_row
 
 
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
@@ -178,10 +204,11 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
     cin = np.maximum(P // np.maximum(taps, 1), 1)
-    crossings = np.zeros(np.broadcast(P, TPk, taps).shape, dtype=np.int64)
-    for i in range(1, int(np.max(taps))):
-        crossings = crossings + ((i < taps) & ((i * cin) % TPk != 0))
-    in_row = bus.cycles(P, n_p + crossings, np.gcd(TPk, cin))
+    # tap boundaries i*cin (0 < i < taps) that fall inside a step: those not on a multiple
+    # of TPk, i.e. all but the multiples of TPk / gcd(TPk, cin)
+    grain = _gcd(TPk, cin)
+    crossings = (taps - 1) - (taps - 1) // (TPk // grain)
+    in_row = bus.cycles(P, n_p + crossings, grain)
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
 
 
@@ -227,22 +254,23 @@ def layer_cycles(
         s = rows // n
         return n, s, rows - n * s
 
-    def pass_cycles(rows: np.ndarray, tre: np.ndarray, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    def pass_cycles(rows: np.ndarray, tre: np.ndarray, tile: TileCosts, groups: np.ndarray) -> np.ndarray:
         """Every group of the pass streams all the pass's rows (a short group's extra rows
         are padding), so each block costs the same per row."""
         n, s, big = split(rows, tre)
-        return (n - big) * costs.block(s, w, groups) + big * costs.block(s + 1, w, groups)
+        return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
 
-    def column_tile_cycles(w: np.ndarray) -> np.ndarray:
-        return (npass - 1) * pass_cycles(rows_full, TRe, w, g) + pass_cycles(rows_last, TRh, w, h)
+    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
+        return (npass - 1) * pass_cycles(rows_full, TRe, tile, g) + pass_cycles(rows_last, TRh, tile, h)
 
-    body = (nct - 1) * column_tile_cycles(w_full) + column_tile_cycles(w_last)
+    full, last = costs.tile(w_full), costs.tile(w_last)
+    body = (nct - 1) * column_tile_cycles(full) + column_tile_cycles(last)
     first_rows, first_tre, first_groups = (np.where(npass == 1, rows_last, rows_full), np.where(npass == 1, TRh, TRe),
                                            np.where(npass == 1, h, g))
     n0, s0, big0 = split(first_rows, first_tre)
-    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), w_full, first_groups)
+    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), full, first_groups)
     _, s_end, _ = split(rows_last, TRh)
-    drain = costs.drain(s_end, w_last, h)
+    drain = costs.drain(s_end, last, h)
     cycles = G * (body + prologue + drain) + timing.layer_overhead
     return np.where(exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
 

@@ -102,10 +102,10 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     total = 0.0
     for blk in sched.blocks:
         # every group of the pass streams the block's rows (a short group's are padding)
-        total += float(costs.block(blk.rows, blk.c1 - blk.c0, blk.pass_groups))
+        total += float(costs.block(blk.rows, costs.tile(blk.c1 - blk.c0), blk.pass_groups))
     first, last = sched.blocks[0], sched.blocks[-1]
-    total += float(costs.prologue(first.rows, first.c1 - first.c0, first.pass_groups))
-    total += float(costs.drain(last.rows, last.c1 - last.c0, last.pass_groups))
+    total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0), first.pass_groups))
+    total += float(costs.drain(last.rows, costs.tile(last.c1 - last.c0), last.pass_groups))
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
 
 

