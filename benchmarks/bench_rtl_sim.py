@@ -1,4 +1,4 @@
-"""Simulated NPU cycles per second: Verilator, Icarus (if installed) and Amaranth's simulator.
+"""Simulated NPU cycles per second: Verilator and Amaranth's simulator.
 
 One representative layer (a 3x3 conv, 8x8x16 -> 16 channels, batch 2) on a
 <16, 4, 4> engine with Bmax 4 and a 64-bit AXI port, START to DONE through
@@ -52,7 +52,8 @@ def amaranth() -> dict:
 
 def main() -> None:
     rows = []
-    for sim in ("verilator", "icarus"):
+    # Icarus 11 does not complete a run of the generated Verilog yet (tests/test_npu.py, xfail).
+    for sim in ("verilator",):
         if simulator_available(sim):
             try:
                 rows.append(hdl(sim))

@@ -37,6 +37,9 @@ def _pause(rng: random.Random, p: float):
 async def _setup(dut, cfg: dict, pause: float):
     Clock(dut.clk, 10, unit="ns", impl="gpi").start()
     dut.rst.value = 1
+    # Let reset settle before the bus models sample anything (Icarus shows undriven
+    # nets as Z in the first delta cycles).
+    await ClockCycles(dut.clk, 2)
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM)
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi", bus_separator="__"), dut.clk, dut.rst)
     for obj in (ram.read_if, ram.write_if, axil.write_if, axil.read_if):
