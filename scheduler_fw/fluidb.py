@@ -31,74 +31,43 @@ Board-side code: pure Python.
 
 from __future__ import annotations
 
-from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.latency import LatencyTable
-from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, check_positive
-from fluidnpu.scheduler_fw.samples import RequestQueue, Sample
+from fluidnpu.scheduler_fw.policy import Run
+from fluidnpu.scheduler_fw.preemptive import PreemptiveBatching
 
 
-class FluidB(Policy):
-    """Exit-aware, SLO-aware preemptive batching (the paper's scheduler)."""
+class FluidB(PreemptiveBatching):
+    """Exit-aware, SLO-aware preemptive batching (the paper's scheduler).
+
+    Positions are exit segments: position s runs segment s, and the
+    preemption point before it is exit s − 1.
+    """
 
     name = "fluidb"
 
     def __init__(self, table: LatencyTable, slo_s: float, bmax: int | None = None) -> None:
-        super().__init__(table, bmax)
-        self.slo = check_positive(slo_s, "the latency SLO")
-        self._active: list[Sample] = []
-        self._next_seg = 0
-        self._held: list[Sample] | None = None
-        self._backfilled_at = -1
+        super().__init__(table, slo_s, bmax)
         stops = table.segment_stops
         self._seg_run = [(table.segment_start(s), stops[s]) for s in range(table.n_segments)]
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._active) or self._held is not None
+    def span(self, pos: int) -> tuple[int, int]:
+        return self._seg_run[pos]
+
+    def point(self, pos: int) -> int:
+        return pos - 1
+
+    def catch_up_stop(self, pos: int) -> int:
+        return self._seg_run[pos - 1][1]
+
+    def next_pos(self, run: Run) -> int:
+        return self.table.segment_of_layer(run.stop - 1) + 1
 
     def preemption_size(self, now: float, exit_index: int, brem: int, nq: int, oldest_arrival: float) -> int:
-        """Bincr if preempting at exit `exit_index` passes the SLO-aware criterion, else 0. O(1)."""
-        bincr = self.bmax - brem
-        if nq < bincr:
-            bincr = nq
+        """Bincr if preempting at exit `exit_index` passes the SLO-aware criterion (Eqs. 3–4), else 0. O(1)."""
+        bincr = self.bincr(brem, nq)
         if bincr <= 0:
             return 0
         tab = self.table
         overhead = tab.span(0, exit_index, bincr) + tab.span(exit_index + 1, self.last_segment, brem + bincr)
         slack = self.slo - (now - oldest_arrival)
         return bincr if overhead < slack else 0
-
-    def decide(self, now: float, queue: RequestQueue) -> Action:
-        active = self._active
-        if not active:
-            if not queue:
-                return IDLE
-            batch = queue.pop(min(len(queue), self.bmax))
-            self._active, self._next_seg, self._backfilled_at = batch, 0, -1
-            return Run(0, self._seg_run[0][1], tuple(batch), "launch")
-        seg = self._next_seg
-        at_exit = seg - 1
-        if at_exit == self._backfilled_at:
-            start, stop = self._seg_run[seg]  # merged after a backfill: no second preemption at this exit
-            return Run(start, stop, tuple(active), "continue")
-        self.preemption_points += 1
-        if queue:
-            bincr = self.preemption_size(now, at_exit, len(active), len(queue), active[0].arrival)
-            if bincr:
-                self._held = active
-                self._backfilled_at = at_exit
-                self.preemptions += 1
-                fresh = queue.pop(bincr)
-                return Run(0, self._seg_run[at_exit][1], tuple(fresh), "catch-up")
-        start, stop = self._seg_run[seg]
-        return Run(start, stop, tuple(active), "continue")
-
-    def completed(self, run: Run, result: RunResult, now: float) -> None:
-        if run.kind == "catch-up":
-            assert self._held is not None
-            # held samples are older than the backfill (FIFO), so the oldest stays first
-            self._active = self._held + result.remaining
-            self._held = None
-            return
-        self._active = result.remaining
-        self._next_seg = self.table.segment_of_layer(run.stop - 1) + 1

@@ -10,7 +10,7 @@
 * Once the batch has reached Bmax it is never preempted again, even after
   samples have left at exits.
 
-Otherwise the mechanism mirrors FluidB's so that only those three traits
+The mechanism is FluidB's (scheduler_fw/preemptive.py), so only those three traits
 differ: at layer boundary l with Brem samples, Bincr = min(NQ, Bmax − Brem)
 queued samples run layers 0..l−1 as a catch-up batch (non-recursive), then
 merge and continue. Criterion:
@@ -21,71 +21,49 @@ Board-side code: pure Python.
 
 from __future__ import annotations
 
-from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.latency import LatencyTable
-from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, check_positive
-from fluidnpu.scheduler_fw.samples import RequestQueue, Sample
+from fluidnpu.scheduler_fw.policy import Run
+from fluidnpu.scheduler_fw.preemptive import PreemptiveBatching
 
 
-class LazyBatching(Policy):
-    """Layer-granular, exit-unaware preemptive batching with a B × T^1 latency estimate."""
+class LazyBatching(PreemptiveBatching):
+    """Layer-granular, exit-unaware preemptive batching with a B × T^1 latency estimate.
+
+    Positions are layers: position l runs layer l, and the preemption point
+    before it is the boundary at layer l.
+    """
 
     name = "lazybatching"
 
     def __init__(self, table: LatencyTable, slo_s: float, bmax: int | None = None) -> None:
-        super().__init__(table, bmax)
-        self.slo = check_positive(slo_s, "the latency SLO")
-        self._active: list[Sample] = []
-        self._pos = 0
-        self._held: list[Sample] | None = None
+        super().__init__(table, slo_s, bmax)
         self._locked = False            # the batch has reached Bmax: no more preemption
-        self._backfilled_at = -1
         self._L = table.n_layers
         self._t1 = [table.layers_span(0, li, 1) for li in range(self._L + 1)]  # single-sample prefix sums
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._active) or self._held is not None
+    def span(self, pos: int) -> tuple[int, int]:
+        return pos, pos + 1
+
+    def point(self, pos: int) -> int:
+        return pos
+
+    def catch_up_stop(self, pos: int) -> int:
+        return pos
+
+    def next_pos(self, run: Run) -> int:
+        return run.stop
+
+    def may_preempt(self) -> bool:
+        return not self._locked
+
+    def batch_formed(self) -> None:
+        self._locked = len(self._active) >= self.bmax
 
     def preemption_size(self, now: float, layer: int, brem: int, nq: int, oldest_arrival: float) -> int:
-        """Bincr if preempting at boundary `layer` passes LazyBatching's coarse criterion, else 0."""
-        bincr = self.bmax - brem
-        if nq < bincr:
-            bincr = nq
+        """Bincr if preempting at layer boundary `layer` passes LazyBatching's coarse criterion, else 0."""
+        bincr = self.bincr(brem, nq)
         if bincr <= 0:
             return 0
         t1 = self._t1
         estimate = bincr * t1[layer] + (brem + bincr) * (t1[self._L] - t1[layer])
         return bincr if estimate < self.slo - (now - oldest_arrival) else 0
-
-    def decide(self, now: float, queue: RequestQueue) -> Action:
-        active = self._active
-        if not active:
-            if not queue:
-                return IDLE
-            batch = queue.pop(min(len(queue), self.bmax))
-            self._active, self._pos, self._backfilled_at = batch, 0, -1
-            self._locked = len(batch) >= self.bmax
-            return Run(0, 1, tuple(batch), "launch")
-        pos = self._pos
-        if pos != self._backfilled_at:
-            self.preemption_points += 1  # invoked at every layer boundary, even when it cannot preempt
-        if queue and not self._locked and pos != self._backfilled_at:
-            bincr = self.preemption_size(now, pos, len(active), len(queue), active[0].arrival)
-            if bincr:
-                self._held = active
-                self._backfilled_at = pos
-                self.preemptions += 1
-                return Run(0, pos, tuple(queue.pop(bincr)), "catch-up")
-        return Run(pos, pos + 1, tuple(active), "continue")
-
-    def completed(self, run: Run, result: RunResult, now: float) -> None:
-        if run.kind == "catch-up":
-            assert self._held is not None
-            self._active = self._held + result.remaining
-            self._held = None
-            if len(self._active) >= self.bmax:
-                self._locked = True
-            return
-        self._active = result.remaining
-        self._pos = run.stop
