@@ -8,16 +8,19 @@ from fluidnpu.errors import FluidError
 from fluidnpu.workload import Workload
 from fluidnpu.zoo.inceptionv3 import inceptionv3
 from fluidnpu.zoo.resnet50 import resnet50
+from fluidnpu.digits_ee import digits_ee
 
 MODELS: dict[str, Callable[[], Workload]] = {
     "resnet50": resnet50,
     "inceptionv3": inceptionv3,
+    "digits-ee": digits_ee,
 }
 
 
 def zoo_model(name: str) -> Workload:
     """Build a zoo workload by name (case-insensitive, '-' and '_' ignored)."""
     key = name.lower().replace("-", "").replace("_", "")
-    if key not in MODELS:
+    models = {k.replace("-", "").replace("_", ""): v for k, v in MODELS.items()}
+    if key not in models:
         raise FluidError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)} (or a .onnx file)")
-    return MODELS[key]()
+    return models[key]()
