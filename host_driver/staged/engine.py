@@ -1,0 +1,497 @@
+"""The staged engine: stage executors, buffer slots, the batch table and batch
+queues, and the meta-operations new, stretch and split (DVABatch §5–§6).
+
+Executor states (§6.2): INACTIVE (nothing queued), ACTIVE (an item queued and
+a legitimate buffer pair can be had), CHECKING (pulled an item but no output
+slot is AVAILABLE: waits, re-checked on every step), WORKING (the stage's
+kernels are enqueued on the executor's stream; it stays WORKING until its
+completion event is observed with a non-blocking `event.query()`).
+
+One host thread drives all executors cooperatively (`step`): on CUDA a stage
+is launched asynchronously on its executor's stream, so stages of different
+batches run concurrently on the GPU while the host only enqueues and polls;
+the host never calls a device-wide synchronize. A batch moves to the next
+batch queue when its stage completed, so the batch table always tells where
+every query is (which is what stretch needs). On CPU the streams and events
+are no-ops and every stage runs synchronously inside `step`.
+
+Meta-operations:
+* new(queries): a batch-table row and an item in batch queue 0.
+* stretch(row, queries): the row grows; an item (id, start=old bs, num) goes to
+  queue 0 so the new queries catch up. Rows that finish a stage while some of
+  the batch's queries are still behind it are *held* at that boundary; when
+  the last one arrives they are merged into one item (§5.2.2).
+* split(row, sizes) (or the engine's `split_hook`, called whenever a whole batch
+  is about to enter the next stage): the row is replaced by one row per group,
+  all marked no-stretch, pushed one by one into the next queue.
+* early exits: at a stage that ends with an exit head, queries whose confidence
+  reaches the threshold are answered there and the rest continue (a split that
+  removes them).
+
+Every query is answered exactly once, with its output row or with the error
+of the stage that failed on it; a failing stage never blocks the pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Sequence
+
+from fluidnpu.errors import FluidError
+from fluidnpu.host_driver.staged.batch_table import BatchQueue, BatchRow, BatchTable, Part, Query, QueueItem
+from fluidnpu.host_driver.staged.buffers import BufferRing
+from fluidnpu.host_driver.staged.model import ModelSpec, call_module
+from fluidnpu.host_driver.staged.slicing import StageProfile
+from fluidnpu.host_driver.staged.torchutil import StreamShim, require_torch
+
+
+class ExecState(str, Enum):
+    ACTIVE = "active"
+    CHECKING = "checking"
+    WORKING = "working"
+    INACTIVE = "inactive"
+
+
+@dataclass
+class Result:
+    query_id: int
+    output: Any = None         # CPU tensor (the model's output row, or the exit head's logits)
+    error: str | None = None
+    done: float = 0.0          # engine clock when answered
+    exit: int | None = None    # index of the early exit taken, None for the final output
+
+
+@dataclass
+class _Inflight:
+    item: QueueItem
+    slot: Any
+    out: Any
+    logits: Any
+    event: Any
+
+
+class StageExecutor:
+    def __init__(self, engine: "StagedEngine", index: int, modules: Sequence[Any], stream: StreamShim,
+                 exit_head=None, exit_index: int | None = None) -> None:
+        self.engine = engine
+        self.index = index
+        self.modules = list(modules)
+        self.stream = stream
+        self.exit_head = exit_head
+        self.exit_index = exit_index
+        self.state = ExecState.INACTIVE
+        self.inflight: _Inflight | None = None
+        self.executions = 0
+        self.rows = 0
+        self.overhead_s = 0.0      # host time outside the modules' forward calls
+        self.transitions: list[ExecState] = []
+
+    @property
+    def queue(self) -> BatchQueue:
+        return self.engine.queues[self.index]
+
+    @property
+    def out_ring(self) -> BufferRing | None:
+        return self.engine.rings[self.index + 1] if self.index + 1 < self.engine.n_stages else None
+
+    def _set(self, st: ExecState) -> None:
+        if st is not self.state:
+            self.state = st
+            if self.engine.trace_states:
+                self.transitions.append(st)
+
+    def busy(self) -> bool:
+        return self.state is ExecState.WORKING or len(self.queue) > 0
+
+    def step(self) -> bool:
+        progress = False
+        if self.state is ExecState.WORKING:
+            t0 = time.perf_counter()
+            try:
+                done = self.inflight.event.query()
+            except Exception as exc:  # noqa: BLE001 - an asynchronous device error surfaces here
+                self._fail_inflight(exc)
+                done = False
+                progress = True
+            if done:
+                self._complete()
+                progress = True
+            self.overhead_s += time.perf_counter() - t0
+            if self.state is ExecState.WORKING:
+                return progress
+        if not self.queue:
+            self._set(ExecState.INACTIVE)
+            return progress
+        self._set(ExecState.ACTIVE)
+        ring = self.out_ring
+        slot = None
+        if ring is not None:
+            slot = ring.claim()
+            if slot is None:
+                self._set(ExecState.CHECKING)
+                return progress
+        item = self.queue.get()
+        self._launch(item, slot)
+        return True
+
+    # -- execution -------------------------------------------------------
+    def _launch(self, item: QueueItem, slot) -> None:
+        eng = self.engine
+        t0 = time.perf_counter()
+        compute = 0.0
+        for p in item.parts:
+            if p.slot is not None:
+                BufferRing.begin_read(p.slot)
+        try:
+            torch = require_torch()
+            with torch.inference_mode(), self.stream.context():
+                for p in item.parts:
+                    self.stream.wait(p.slot.event if p.slot is not None else p.event)
+
+                x = eng.spec.ops.merge([p.state(eng.spec.ops) for p in item.parts])
+                self.stream.keep_alive([t for t in x if hasattr(t, "record_stream")])
+                if eng.fail_stage is not None and eng.fail_stage(self.index, item):
+                    raise RuntimeError(f"injected failure in stage {self.index}")
+                c0 = time.perf_counter()
+                for m in self.modules:
+                    x = call_module(m, x)
+                logits = None
+                if self.exit_head is not None:
+                    logits = self.exit_head.head(x[0] if len(x) == 1 else x)
+                compute = time.perf_counter() - c0
+                ev = self.stream.record()
+        except Exception as exc:  # noqa: BLE001 - the stage's queries fail with this error
+            for p in item.parts:
+                if p.slot is not None:
+                    BufferRing.end_read(p.slot)
+            if slot is not None:
+                BufferRing.written(slot, None, None, 0)
+            eng._fail(item, f"stage {self.index} failed: {type(exc).__name__}: {exc}")
+            self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
+            self.overhead_s += time.perf_counter() - t0 - compute
+            return
+        self.inflight = _Inflight(item, slot, x, logits, ev)
+        self.executions += 1
+        self.rows += item.num
+        eng.launch_log.append((self.index, item.batch_id, item.num))
+        self._set(ExecState.WORKING)
+        self.overhead_s += time.perf_counter() - t0 - compute
+
+    def _fail_inflight(self, exc: Exception) -> None:
+        inf = self.inflight
+        self.inflight = None
+        for p in inf.item.parts:
+            if p.slot is not None:
+                BufferRing.end_read(p.slot)
+        if inf.slot is not None:
+            BufferRing.written(inf.slot, None, None, 0)
+        self.engine._fail(inf.item, f"stage {self.index} failed: {type(exc).__name__}: {exc}")
+        self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
+
+    def _complete(self) -> None:
+        eng = self.engine
+        inf = self.inflight
+        self.inflight = None
+        item = inf.item
+        for p in item.parts:
+            if p.slot is not None:
+                BufferRing.end_read(p.slot)
+        self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
+        eng._stage_done(self, item, inf.slot, inf.out, inf.logits, inf.event)
+
+
+class StagedEngine:
+    """N stage executors over a model sliced by `profile.bounds`.
+
+    split_hook(engine, row, boundary) -> list of group sizes or None: called when
+    a whole batch is about to enter stage `boundary` (the Schedule() of Fig. 12).
+    fail_stage(stage, item) -> bool: test hook that makes a stage raise.
+    """
+
+    def __init__(self, spec: ModelSpec, profile: StageProfile, device, n_buffers: int = 2, max_batch: int = 64,
+                 split_hook: Callable | None = None, clock: Callable[[], float] = time.perf_counter,
+                 trace_states: bool = False) -> None:
+        require_torch()
+        if n_buffers < 1:
+            raise FluidError(f"need at least one buffer pair, got {n_buffers}")
+        if max_batch < 1:
+            raise FluidError(f"the largest batch must be >= 1, got {max_batch}")
+        bounds = list(profile.bounds)
+        if not bounds or bounds[0][0] != 0 or bounds[-1][1] != len(spec.modules) or any(
+                a[1] != b[0] or a[0] >= a[1] for a, b in zip(bounds, bounds[1:] + [(bounds[-1][1], None)])):
+            raise FluidError(f"stage bounds {bounds} do not cover {spec.name}'s {len(spec.modules)} modules")
+        exits = spec.exit_after
+        for e in spec.exits:
+            if not any(hi == e.after + 1 for _, hi in bounds):
+                raise FluidError(f"the exit after module {e.after} is not at a stage boundary {bounds}")
+        self.spec = spec
+        self.profile = profile
+        self.device = device
+        self.n_stages = len(bounds)
+        self.max_batch = int(max_batch)
+        self.split_hook = split_hook
+        self.fail_stage = None
+        self.clock = clock
+        self.trace_states = trace_states
+        self.table = BatchTable(self.n_stages)
+        self.queues = [BatchQueue(s) for s in range(self.n_stages)]
+        self.rings: list[BufferRing | None] = [None] + [BufferRing(b, n_buffers) for b in range(1, self.n_stages)]
+        exit_ids = {e.after: k for k, e in enumerate(spec.exits)}
+        self.executors = []
+        for s, (lo, hi) in enumerate(bounds):
+            head = exits.get(hi - 1)
+            self.executors.append(StageExecutor(self, s, spec.modules[lo:hi], StreamShim(device), head,
+                                                exit_ids.get(hi - 1)))
+        self.input_stream = StreamShim(device)
+        self.results: dict[int, Result] = {}
+        self.submitted = 0
+        self.launch_log: list[tuple[int, int, int]] = []
+        self.meta_log: list[tuple[str, int, int]] = []   # (op, batch id, queries)
+        self.meta_overhead_s = 0.0
+
+    # -- meta-operations -------------------------------------------------
+    def _inputs(self, queries: list[Query]) -> Part:
+        if not queries:
+            raise FluidError("an empty batch cannot be scheduled")
+        for q in queries:
+            self.spec.check_payload(q.payload)
+        torch = require_torch()
+        with torch.inference_mode(), self.input_stream.context():
+            data = self.spec.collate([q.payload for q in queries], self.device)
+            ev = self.input_stream.record()
+        return Part(None, 0, len(queries), data, ev)
+
+    def new(self, queries: Sequence[Query], now: float | None = None) -> BatchRow:
+        """Meta-operation new: a batch of these queries enters stage 0."""
+        t0 = time.perf_counter()
+        queries = list(queries)
+        if len(queries) > self.max_batch:
+            raise FluidError(f"a batch of {len(queries)} queries is larger than the maximum {self.max_batch}")
+        self._check_fresh(queries)
+        part = self._inputs(queries)
+        row = self.table.new(queries, self.clock() if now is None else now)
+        self.submitted += len(queries)
+        self.queues[0].push(QueueItem(row.id, 0, len(queries), list(queries), [part]))
+        self.meta_log.append(("new", row.id, len(queries)))
+        self.meta_overhead_s += time.perf_counter() - t0
+        return row
+
+    def can_stretch(self, row: BatchRow | None, n: int = 1) -> bool:
+        return (row is not None and row.id in self.table.rows and not row.no_stretch and row.split_order is None
+                and row.answered == 0 and row.bs > 0 and row.bs + n <= self.max_batch)
+
+    def stretch(self, row: BatchRow, queries: Sequence[Query]) -> None:
+        """Meta-operation stretch: these queries join `row` and catch up with its progress."""
+        t0 = time.perf_counter()
+        queries = list(queries)
+        if not queries:
+            raise FluidError("an empty batch cannot be scheduled")
+        if not self.can_stretch(row, len(queries)):
+            raise FluidError(f"batch {getattr(row, 'id', None)} cannot be stretched (finished, split, answering, "
+                             f"or beyond the maximum batch {self.max_batch})")
+        self._check_fresh(queries)
+        part = self._inputs(queries)
+        start = row.bs
+        self.table.stretch(row, queries)
+        self.submitted += len(queries)
+        self.queues[0].push(QueueItem(row.id, start, len(queries), list(queries), [part]))
+        self.meta_log.append(("stretch", row.id, len(queries)))
+        self.meta_overhead_s += time.perf_counter() - t0
+
+    def split(self, row: BatchRow, sizes: Sequence[int]) -> None:
+        """Meta-operation split: when `row` next enters a stage as a whole, break it into these sizes."""
+        if row.id not in self.table.rows:
+            raise FluidError(f"batch {row.id} is no longer in the batch table")
+        sizes = [int(s) for s in sizes]
+        if not sizes or any(s < 1 for s in sizes):
+            raise FluidError(f"split sizes must be >= 1, got {sizes}")
+        row.split_order = sizes
+        row.no_stretch = True
+
+    def _check_fresh(self, queries: list[Query]) -> None:
+        ids = {q.id for q in queries}
+        if len(ids) != len(queries) or any(i in self.results or self._live(i) for i in ids):
+            raise FluidError("a query was submitted twice")
+
+    def _live(self, qid: int) -> bool:
+        return any(qid in r.pos and any(q.id == qid for q in r.queries) for r in self.table.rows.values())
+
+    # -- completion, holding, release ----------------------------------
+    def _answer(self, q: Query, output=None, error: str | None = None, exit_index: int | None = None) -> None:
+        if q.id in self.results:
+            raise RuntimeError(f"query {q.id} answered twice")
+        self.results[q.id] = Result(q.id, output, error, self.clock(), exit_index)
+
+    def _remove(self, row: BatchRow, queries: Sequence[Query]) -> None:
+        drop = {q.id for q in queries}
+        row.queries = [q for q in row.queries if q.id not in drop]
+        for i in drop:
+            row.pos.pop(i, None)
+
+    def _fail(self, item: QueueItem, msg: str) -> None:
+        for p in item.parts:
+            if p.slot is not None:
+                BufferRing.drop(p.slot)
+        for q in item.queries:
+            self._answer(q, error=msg)
+        row = self.table.rows.get(item.batch_id)
+        if row is not None:
+            self._remove(row, item.queries)
+            self._after_membership_change(row)
+
+    def _after_membership_change(self, row: BatchRow) -> None:
+        if row.bs == 0:
+            for b, parts in list(row.held.items()):
+                for qs, p in parts:
+                    p.slot.held -= 1
+                    BufferRing.drop(p.slot)
+            row.held.clear()
+            self.table.retire(row)
+            return
+        for b in sorted(row.held):
+            self._try_release(row, b)
+
+    def _stage_done(self, ex: StageExecutor, item: QueueItem, slot, out, logits, ev) -> None:
+        t0 = time.perf_counter()
+        s = ex.index
+        row = self.table.rows.get(item.batch_id)
+        queries = item.queries
+        n = len(queries)
+        if row is not None:
+            row.statusmap[s] += n
+        if s == self.n_stages - 1:
+            rows = self.spec.output(out)
+            rows = rows.detach().to("cpu")
+            for i, q in enumerate(queries):
+                self._answer(q, rows[i])
+            if row is not None:
+                row.answered += n
+                self._remove(row, queries)
+                self._after_membership_change(row)
+            self.meta_overhead_s += time.perf_counter() - t0
+            return
+        keep = list(range(n))
+        if logits is not None:
+            torch = require_torch()
+            conf = torch.softmax(logits.float(), -1).amax(-1).to("cpu")
+            thr = ex.exit_head.threshold
+            lg = logits.detach().to("cpu")
+            exited = [i for i in range(n) if bool(conf[i] >= thr)]
+            for i in exited:
+                self._answer(queries[i], lg[i], exit_index=ex.exit_index)
+            if exited:
+                keep = [i for i in range(n) if not bool(conf[i] >= thr)]
+                if row is not None:
+                    row.answered += len(exited)
+                    self._remove(row, [queries[i] for i in exited])
+                if keep:
+                    with torch.inference_mode(), ex.stream.context():
+                        idx = torch.tensor(keep, device=out[0].device)
+                        out = self.spec.ops.select(out, idx)
+                        ev = ex.stream.record()
+                else:
+                    out, ev = None, None
+        kept = [queries[i] for i in keep]
+        if not kept:
+            BufferRing.written(slot, None, None, 0)
+            if row is not None:
+                self._after_membership_change(row)
+            self.meta_overhead_s += time.perf_counter() - t0
+            return
+        BufferRing.written(slot, out, ev, 1)
+        if row is None:   # cannot happen: a batch with live queries stays in the table
+            raise RuntimeError(f"batch {item.batch_id} vanished with live queries")
+        slot.held += 1
+        for q in kept:
+            row.pos[q.id] = s + 1
+        row.held.setdefault(s + 1, []).append((kept, Part(slot, 0, len(kept))))
+        self._after_membership_change(row)
+        self.meta_overhead_s += time.perf_counter() - t0
+
+    def _try_release(self, row: BatchRow, b: int) -> None:
+        if b not in row.held or row.behind(b) > 0:
+            return
+        held = row.held.pop(b)
+        queries: list[Query] = []
+        parts: list[Part] = []
+        for qs, p in held:
+            p.slot.held -= 1
+            queries.extend(qs)
+            parts.append(p)
+        whole = len(queries) == row.bs
+        sizes = None
+        if whole:
+            if row.split_order is not None:
+                sizes = row.split_order
+                row.split_order = None
+            elif self.split_hook is not None:
+                sizes = self.split_hook(self, row, b)
+        if sizes and len(sizes) > 1 and sum(sizes) == len(queries) and all(x >= 1 for x in sizes):
+            groups, subparts = [], []
+            flat = [(p, r) for p in parts for r in range(p.lo, p.hi)]
+            at = 0
+            for size in sizes:
+                groups.append(queries[at:at + size])
+                subparts.append(_ranges(flat[at:at + size]))
+                at += size
+            for sp in subparts:
+                for p in sp:
+                    p.slot.refs += 1
+            for p in parts:
+                p.slot.refs -= 1
+            children = self.table.split(row, groups, b, self.clock())
+            self.meta_log.append(("split", row.id, len(queries)))
+            for child, g, sp in zip(children, groups, subparts):
+                self.queues[b].push(QueueItem(child.id, 0, len(g), list(g), sp))
+            return
+        start = min(row.index(q) for q in queries)
+        self.queues[b].push(QueueItem(row.id, start, len(queries), queries, parts))
+
+    # -- driving ---------------------------------------------------------
+    def step(self) -> bool:
+        """One pass over the executors, last stage first (so that slots free up early)."""
+        progress = False
+        for ex in reversed(self.executors):
+            progress |= ex.step()
+        return progress
+
+    def live(self) -> int:
+        return self.submitted - len(self.results)
+
+    def working(self) -> bool:
+        return any(ex.state is ExecState.WORKING for ex in self.executors)
+
+    def stage_free(self, s: int = 0) -> bool:
+        ex = self.executors[s]
+        return ex.state is not ExecState.WORKING and not ex.queue
+
+    def run_until_done(self, timeout_s: float = 600.0) -> None:
+        """Step until every submitted query is answered (raises if the engine is stuck)."""
+        deadline = time.perf_counter() + timeout_s
+        while self.live() > 0:
+            if not self.step():
+                if not self.working():
+                    raise RuntimeError(f"staged engine stuck with {self.live()} queries unanswered: "
+                                       f"table={self.table.view()} queues={[q.view() for q in self.queues]}")
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("staged engine timed out")
+
+    def overhead_per_stage_s(self) -> float:
+        n = sum(ex.executions for ex in self.executors)
+        return (sum(ex.overhead_s for ex in self.executors) + self.meta_overhead_s) / n if n else 0.0
+
+    def grown_slots(self) -> int:
+        return sum(r.grown for r in self.rings if r is not None)
+
+
+def _ranges(rows: list[tuple[Part, int]]) -> list[Part]:
+    """Coalesce (part, row) pairs into contiguous Parts over the same slots."""
+    out: list[Part] = []
+    for p, r in rows:
+        if out and out[-1].slot is p.slot and out[-1].hi == r:
+            out[-1].hi = r + 1
+        else:
+            out.append(Part(p.slot, r, r + 1))
+    return out
