@@ -243,3 +243,15 @@ class NetworkRuntime:
             if not pending:
                 break
         return states
+
+
+def infer_on_driver(driver: Any, qnet: QuantizedNetwork, x: np.ndarray, tau: float = 0.8,
+                    bmax: Optional[int] = None) -> dict[str, Any]:
+    """Module-level (picklable) inference for `run_with_rtl`: exits, predictions, exit logits, counters."""
+    rt = NetworkRuntime(qnet, driver, bmax=bmax, tau=tau)
+    t0 = time.perf_counter()
+    states = rt.infer(x)
+    return {"exit": [s.exit for s in states], "pred": [s.pred for s in states],
+            "logits": np.stack([s.logits for s in states]), "device_cycles": rt.device_cycles,
+            "subnet_runs": rt.subnet_runs, "wall_s": time.perf_counter() - t0,
+            "saturation": rt.saturation.to_dict()}
