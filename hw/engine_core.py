@@ -376,7 +376,7 @@ class EngineCore(wiring.Component):
         bw = self.nmax // 2                      # int32 biases per b_wr
 
         # weights
-        rep_w = replicate_groups(_words(self.w_wr.data, 2 * TC), self.cw, lg)
+        rep_w = replicate_groups(m, _words(self.w_wr.data, 2 * TC), self.cw, lg, "wrn")
         wd = [Signal(16, name=f"wrep{c}") for c in range(2 * TC)]
         wv, wwb, wlane = Signal(), Signal(), Signal.like(self.w_wr.lane)
         m.d.sync += [wd[c].eq(rep_w[c]) for c in range(2 * TC)]
@@ -398,7 +398,7 @@ class EngineCore(wiring.Component):
         # a 33rd bit marks the columns this chunk covers.
         b32 = _words(self.b_wr.data, bw, 32)
         placed = [Cat(b32[c % bw], self.b_wr.base == (c // bw) * bw) for c in range(2 * TC)]
-        rep_b = replicate_groups(placed, self.cw, lg)
+        rep_b = replicate_groups(m, placed, self.cw, lg, "brn")
         bd = [Signal(33, name=f"brep{c}") for c in range(2 * TC)]
         bv, bwb = Signal(), Signal()
         m.d.sync += [bd[c].eq(rep_b[c]) for c in range(2 * TC)]
