@@ -91,6 +91,8 @@ class Sequencer(wiring.Component):
         b_bits = bits_for(bmax)
 
         m.submodules.div = div = SeqDivider(ROW_BITS)
+        # small divisions (groups per pass, rows per group) on a divider as narrow as their operands
+        m.submodules.divs = divs = SeqDivider(bits_for(max(TR, 2 * TC, NB)))
 
         # ---------------- descriptor registers ----------------
         desc_hw = Array(Signal(16, name=f"desc_hw{i}") for i in range(DESC_WORDS * 2))
@@ -132,8 +134,6 @@ class Sequencer(wiring.Component):
         # ---------------- shared state between the concurrent machines ----------------
         fetch_go = Signal()
         fetch_done = Signal()
-        half_free = Signal(2, init=0b11)
-        rel_half = Signal()
         stage_free = Signal(2, init=0b11)
         steps_out = Signal(range(8))
         blocks_ready = Signal(range(8))
@@ -215,10 +215,10 @@ class Sequencer(wiring.Component):
                     m.d.sync += [g.eq(1), cw.eq(nPE)]
                     m.next = "LAST"
                 with m.Elif(~div_started):
-                    m.d.comb += [div.start.eq(1), div.dividend.eq(nPE), div.divisor.eq(f["cout"])]
+                    m.d.comb += [divs.start.eq(1), divs.dividend.eq(nPE), divs.divisor.eq(f["cout"])]
                     m.d.sync += div_started.eq(1)
-                with m.Elif(div.done):
-                    m.d.sync += [g.eq(Mux(div.quotient < BP, div.quotient, BP)), cw.eq(f["cout"])]
+                with m.Elif(divs.done):
+                    m.d.sync += [g.eq(Mux(divs.quotient < BP, divs.quotient, BP)), cw.eq(f["cout"])]
                     m.next = "LAST"
             with m.State("LAST"):         # groups of the last pass: BP - (npass-1)*g
                 m.d.sync += [acc.eq(BP), div_started.eq(0)]
@@ -233,22 +233,39 @@ class Sequencer(wiring.Component):
                     with m.If(BP <= g):
                         m.next = "TRE_L"
             # The block plan of both pass kinds: TRe = TRk // groups, n = ceil(rows / TRe),
-            # s, big = divmod(rows, n).
+            # s, big = divmod(rows, n). A pass that fits one block (rows <= TRe) needs no
+            # division beyond TRe: n = 1, s = rows.
             for kind, groups, rows, nxt in (("f", g, rows_f, "TRE_L"), ("l", gl, rows_l, "RUN_START")):
                 p = plan[kind]
+
+                def planned(s_val, big_val, p=p, kind=kind, nxt=nxt):
+                    m.d.sync += [p["s"].eq(s_val), p["big"].eq(big_val), div_started.eq(0)]
+                    m.next = nxt
+                    if kind == "f":   # the last pass is like the others: reuse the plan
+                        with m.If((gl == g) & (rows_l == rows_f)):
+                            m.d.sync += [plan["l"]["tre"].eq(plan["f"]["tre"]), plan["l"]["s"].eq(s_val),
+                                         plan["l"]["big"].eq(big_val)]
+                            m.next = "RUN_START"
+
                 with m.State(f"TRE_{kind.upper()}"):
                     with m.If(~div_started):
-                        m.d.comb += [div.start.eq(1), div.dividend.eq(TRk), div.divisor.eq(groups)]
+                        m.d.comb += [divs.start.eq(1), divs.dividend.eq(TRk), divs.divisor.eq(groups)]
                         m.d.sync += div_started.eq(1)
-                    with m.Elif(div.done):
-                        m.d.sync += [p["tre"].eq(div.quotient), div_started.eq(0)]
-                        with m.If(div.quotient == 0):
+                    with m.Elif(divs.done):
+                        m.d.sync += [p["tre"].eq(divs.quotient), div_started.eq(0)]
+                        with m.If(divs.quotient == 0):
                             m.d.sync += err_latched.eq(ErrorCode.BAD_DESCRIPTOR)
                             m.next = "ERROR"
                         with m.Else():
                             m.next = f"N_{kind.upper()}"
                 with m.State(f"N_{kind.upper()}"):
-                    with m.If(~div_started):
+                    with m.If(rows <= p["tre"]):
+                        m.d.sync += p["n"].eq(1)
+                        if kind == "f":
+                            with m.If((gl == g) & (rows_l == rows_f)):
+                                m.d.sync += plan["l"]["n"].eq(1)
+                        planned(rows, 0)
+                    with m.Elif(~div_started):
                         m.d.comb += [div.start.eq(1), div.dividend.eq(rows), div.divisor.eq(p["tre"])]
                         m.d.sync += div_started.eq(1)
                     with m.Elif(div.done):
@@ -259,13 +276,10 @@ class Sequencer(wiring.Component):
                         m.d.comb += [div.start.eq(1), div.dividend.eq(rows), div.divisor.eq(p["n"])]
                         m.d.sync += div_started.eq(1)
                     with m.Elif(div.done):
-                        m.d.sync += [p["s"].eq(div.quotient), p["big"].eq(div.remainder), div_started.eq(0)]
-                        m.next = nxt
-                        if kind == "f":   # the last pass is like the others: reuse the plan
+                        if kind == "f":
                             with m.If((gl == g) & (rows_l == rows_f)):
-                                m.d.sync += [plan["l"][x].eq(plan["f"][x]) for x in ("tre", "n")]
-                                m.d.sync += [plan["l"]["s"].eq(div.quotient), plan["l"]["big"].eq(div.remainder)]
-                                m.next = "RUN_START"
+                                m.d.sync += plan["l"]["n"].eq(p["n"])
+                        planned(div.quotient, div.remainder)
             with m.State("RUN_START"):
                 m.d.comb += fetch_go.eq(1)
                 m.next = "RUN"
@@ -297,9 +311,9 @@ class Sequencer(wiring.Component):
         with m.If((self.rd_error | self.wr_error) & (err_latched == 0) & self.busy):
             m.d.sync += err_latched.eq(Mux(self.rd_error, ErrorCode.AXI_READ, ErrorCode.AXI_WRITE))
 
-        self._fetcher(m, f, b, BR, BP, nPE, TPk, g, gl, cw, plan, br_src, fetch_go, fetch_done, half_free,
-                      rel_half, steps_out, step_fifo, blk_fifo, blk_layout, rd_cmd_desc, desc_addr, desc_sent)
-        self._loader(m, desc_hw, desc_got, step_fifo, stage_free, steps_out, half_free, rel_half)
+        self._fetcher(m, f, b, BR, BP, nPE, TPk, g, gl, cw, plan, br_src, fetch_go, fetch_done,
+                      steps_out, step_fifo, blk_fifo, blk_layout, rd_cmd_desc, desc_addr, desc_sent)
+        self._loader(m, desc_hw, desc_got, step_fifo, stage_free, steps_out)
         self._writer(m, f, b, BR, cw, br_dst, blk_fifo, blk_layout, blocks_ready, stage_free, writer_busy)
 
         # read-command / response bookkeeping
@@ -309,9 +323,16 @@ class Sequencer(wiring.Component):
         return m
 
     # ------------------------------------------------------------------
-    def _fetcher(self, m, f, b, BR, BP, nPE, TPk, g, gl, cw, plan, br_src, fetch_go, fetch_done, half_free,
-                 rel_half, steps_out, step_fifo, blk_fifo, blk_layout, rd_cmd_desc, desc_addr, desc_sent):
-        """Issues the reads of every step, two steps ahead of the core at most."""
+    def _fetcher(self, m, f, b, BR, BP, nPE, TPk, g, gl, cw, plan, br_src, fetch_go, fetch_done,
+                 steps_out, step_fifo, blk_fifo, blk_layout, rd_cmd_desc, desc_addr, desc_sent):
+        """Issues the reads of every step ahead of the core.
+
+        The fetcher starts a step's reads once the step before the previous one has been
+        handed to the core (at most two fetched steps wait for the core), not when its
+        buffer half is released: the loader writes a step's data only after the previous
+        step has been handed over, which is when the core lets that half be overwritten,
+        so the DMA round trip overlaps the core's last rows instead of following them.
+        """
         TR, TP, TC, NB, bmax, nmax = self.TR, self.TP, self.TC, self.NB, self.bmax, self.nmax
         b_bits = bits_for(bmax)
         tag = Signal(self.tag)
@@ -333,7 +354,6 @@ class Sequencer(wiring.Component):
         rem = Signal(range(2 * TP + 1))
         wrow = Signal(ADDR)
         bias_m = Signal(range(4 * TC + nmax + 1))
-        hb = Signal()
         sb = Signal()
         first = Signal()
         last = Signal()
@@ -407,12 +427,7 @@ class Sequencer(wiring.Component):
                          tag.idx.eq(desc_sent * DESC_CMD_WORDS)]
         accepted = self.rd_cmd_valid & self.rd_cmd_ready
 
-        # release bookkeeping: the core frees halves in step order
-        with m.If(self.released):
-            m.d.sync += rel_half.eq(~rel_half)
-        claim = Signal(2)
-        release = Mux(self.released, Mux(rel_half, 0b10, 0b01), 0)
-        m.d.sync += half_free.eq((half_free & ~claim) | release)
+        ahead_ok = step_fifo.level < 2
 
         first_c, last_c = Signal(), Signal()
         step_word = Cat(t, first_c, last_c, sb)
@@ -437,7 +452,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += [gp.eq(groups), last_pass.eq(is_last), q.eq(0), bi.eq(0)]
                 # the core's bank placement depends on the pass's group count: change it only when idle
                 with m.If(groups != cur_g):
-                    with m.If((steps_out == 0) & (step_fifo.level == 0) & (half_free == 0b11)):
+                    with m.If((steps_out == 0) & (step_fifo.level == 0)):
                         m.d.sync += cur_g.eq(groups)
                         m.next = "CURSORS"
                 with m.Else():
@@ -463,8 +478,8 @@ class Sequencer(wiring.Component):
             with m.State("STEP"):
                 left = f["P"] - p0
                 m.d.comb += [first_c.eq(p0 == 0), last_c.eq(left <= TPk)]
-                with m.If(half_free.bit_select(hb, 1) & step_fifo.w_rdy):
-                    m.d.comb += [step_fifo.w_en.eq(1), claim.eq(Mux(hb, 0b10, 0b01))]
+                with m.If(ahead_ok & step_fifo.w_rdy):
+                    m.d.comb += step_fifo.w_en.eq(1)
                     m.d.sync += [nl.eq(Mux(left < TPk, left, TPk)), lane.eq(0), bias_m.eq(0),
                                  first.eq(p0 == 0), last.eq(left <= TPk)]
                     m.next = "WEIGHTS"
@@ -525,7 +540,7 @@ class Sequencer(wiring.Component):
                                 load_group(q + 1, False)     # same taps, the next group's rows
                             with m.Else():
                                 # the step's reads are all issued: on to the next step, block or pass
-                                m.d.sync += [hb.eq(~hb), p0.eq(p0 + TPk),
+                                m.d.sync += [p0.eq(p0 + TPk),
                                              s_ky.eq(nt_ky), s_kx.eq(nt_kx), s_ci.eq(nt_ci), s_off.eq(nt_off)]
                                 with m.If(last):
                                     m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
@@ -542,31 +557,59 @@ class Sequencer(wiring.Component):
                                     with m.Else():
                                         m.next = "BLOCK"
                                 with m.Else():
-                                    m.next = "STEP"
+                                    # the next step of the block: start it at once when the fetcher
+                                    # may run ahead, so its first weight read follows this read directly
+                                    nleft = f["P"] - (p0 + TPk)
+                                    with m.If(ahead_ok & step_fifo.w_rdy):
+                                        m.d.comb += [step_fifo.w_en.eq(1), first_c.eq(0), last_c.eq(nleft <= TPk)]
+                                        m.d.sync += [nl.eq(Mux(nleft < TPk, nleft, TPk)), lane.eq(0),
+                                                     bias_m.eq(0), first.eq(0), last.eq(nleft <= TPk)]
+                                        m.next = "WEIGHTS"
+                                    with m.Else():
+                                        m.next = "STEP"
                     with m.Else():
                         m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_ci.eq(nt_ci), t_off.eq(nt_off),
                                      rem.eq(rem - run), lane.eq(lane + run)]
 
     # ------------------------------------------------------------------
-    def _loader(self, m, desc_hw, desc_got, step_fifo, stage_free, steps_out, half_free, rel_half):
-        """Routes read responses into the core; hands each complete step to the core."""
+    def _loader(self, m, desc_hw, desc_got, step_fifo, stage_free, steps_out):
+        """Routes read responses into the core; hands each complete step to the core.
+
+        Writes into the core go through one register stage, so a response can be taken in
+        the very cycle the previous step is handed over: it lands in the half the core
+        releases in the next cycle (the cycle its write happens), with no bubble per step.
+        """
         TR, TP, TC, nmax = self.TR, self.TP, self.TC, self.nmax
         rtag = Signal(self.tag)
         m.d.comb += rtag.eq(self.rd_rsp_tag)
         lhalf = Signal()
         pending = Signal()
+        issued = Signal()
         row = Signal(16 * 2 * TP)
         placed = Signal(16 * 2 * TP)
         m.d.comb += placed.eq(row | (self.rd_rsp_data << (rtag.lane * 16))[:16 * 2 * TP])
 
-        m.d.comb += self.rd_rsp_ready.eq(~pending)
-        take = self.rd_rsp_valid & ~pending
-        m.d.comb += [self.w_wr_wb.eq(lhalf), self.w_wr_lane.eq(rtag.lane),
-                     self.w_wr_data.eq(self.rd_rsp_data[:16 * 2 * TC] if nmax >= 2 * TC else self.rd_rsp_data),
-                     self.b_wr_wb.eq(lhalf), self.b_wr_base.eq(rtag.idx), self.b_wr_data.eq(self.rd_rsp_data),
-                     self.in_wr_ib.eq(lhalf), self.in_wr_q.eq(rtag.q), self.in_wr_j.eq(rtag.idx),
-                     self.in_wr_data.eq(placed)]
+        m.d.comb += self.rd_rsp_ready.eq(~pending | issued)
+        take = self.rd_rsp_valid & (~pending | issued)
+        # the registered write port
+        dw = 16 * max(nmax, 2 * TP)
+        ld_in, ld_w, ld_b = Signal(), Signal(), Signal()
+        ld_half = Signal()
+        ld_lane = Signal.like(rtag.lane)
+        ld_q = Signal.like(rtag.q)
+        ld_idx = Signal.like(rtag.idx)
+        ld_data = Signal(dw)
+        m.d.sync += [ld_in.eq(0), ld_w.eq(0), ld_b.eq(0)]
+        m.d.comb += [self.w_wr_valid.eq(ld_w), self.w_wr_wb.eq(ld_half), self.w_wr_lane.eq(ld_lane),
+                     self.w_wr_data.eq(ld_data[:16 * 2 * TC]),
+                     self.b_wr_valid.eq(ld_b), self.b_wr_wb.eq(ld_half), self.b_wr_base.eq(ld_idx),
+                     self.b_wr_data.eq(ld_data[:16 * nmax]),
+                     self.in_wr_valid.eq(ld_in), self.in_wr_ib.eq(ld_half), self.in_wr_q.eq(ld_q),
+                     self.in_wr_j.eq(ld_idx), self.in_wr_data.eq(ld_data[:16 * 2 * TP])]
         with m.If(take):
+            # a response taken while the previous step is handed over belongs to the other half
+            m.d.sync += [ld_half.eq(lhalf ^ issued), ld_lane.eq(rtag.lane), ld_q.eq(rtag.q), ld_idx.eq(rtag.idx),
+                         ld_data.eq(Mux(rtag.kind == KIND_INPUT, placed, self.rd_rsp_data))]
             with m.Switch(rtag.kind):
                 with m.Case(KIND_DESC):
                     with m.Switch(rtag.idx):
@@ -576,17 +619,14 @@ class Sequencer(wiring.Component):
                                     m.d.sync += desc_hw[base + i].eq(self.rd_rsp_data[16 * i:16 * (i + 1)])
                     m.d.sync += desc_got.eq(desc_got + 1)
                 with m.Case(KIND_WEIGHT):
-                    m.d.comb += self.w_wr_valid.eq(1)
+                    m.d.sync += ld_w.eq(1)
                 with m.Case(KIND_BIAS):
-                    m.d.comb += self.b_wr_valid.eq(1)
+                    m.d.sync += ld_b.eq(1)
                 with m.Case(KIND_INPUT):
                     with m.If(rtag.row_last):
-                        m.d.comb += self.in_wr_valid.eq(1)
-                        m.d.sync += row.eq(0)
+                        m.d.sync += [ld_in.eq(1), row.eq(0)]
                     with m.Else():
                         m.d.sync += row.eq(placed)
-            with m.If(rtag.step_last):
-                m.d.sync += pending.eq(1)
 
         # hand the step to the core (a block's last step also needs its staging half drained)
         st_t = step_fifo.r_data[:bits_for(TR)]
@@ -597,10 +637,12 @@ class Sequencer(wiring.Component):
         m.d.comb += [self.step_valid.eq(can), self.step_ib.eq(lhalf), self.step_wb.eq(lhalf),
                      self.step_t.eq(st_t), self.step_first.eq(st_first), self.step_last.eq(st_last),
                      self.step_sb.eq(st_sb)]
-        issued = can & self.step_ready
+        m.d.comb += issued.eq(can & self.step_ready)
         with m.If(issued):
             m.d.comb += step_fifo.r_en.eq(1)
             m.d.sync += [pending.eq(0), lhalf.eq(~lhalf)]
+        with m.If(take & rtag.step_last):
+            m.d.sync += pending.eq(1)
         self._stage_claim = Signal(2)
         m.d.comb += self._stage_claim.eq(Mux(issued & st_last, Mux(st_sb, 0b10, 0b01), 0))
         m.d.sync += steps_out.eq(steps_out + issued - self.released)
