@@ -100,6 +100,8 @@ def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: f
         raise FluidError(f"--samples must be >= 1, got {samples}")
     if timeout_s is not None:
         check_positive(timeout_s, "--timeout (s)")
+    if bmax is not None and not 1 <= bmax <= (64 if design else 16):
+        raise FluidError(f"--bmax must be in 1..{64 if design else 16}, got {bmax}")
     net, qnet, xte, yte = _load_network(model)
     if design:
         from fluidnpu.scheduler_fw.latency import load_design
