@@ -5,11 +5,17 @@ bias, one activation tensor per layer boundary (Bmax sample slots each, so
 backfilled samples have a slot), and the subnet's descriptor table, then
 starts the NPU on that table. The same plan feeds every device (RTL
 simulation, the bit-accurate model, a real board), so it is pure numpy.
+
+On a device, plan into a buffer: `plan_subnet(layers, bmax,
+buffer=device.alloc(subnet_nbytes(layers, bmax)))` places the image at the
+buffer's bus address, uploads it, and from then on `write_tensor` /
+`read_tensor` go through the buffer (with its cache syncs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
 import numpy as np
 
@@ -65,17 +71,58 @@ class SubnetImage:
     tensors: list[Tensor]          # tensors[0] is the input, tensors[i + 1] layer i's output
     bmax: int
     extra: dict[str, int] = field(default_factory=dict)
+    buffer: Optional[Any] = None     # the device Buffer (host_driver/device.py) holding the image, if bound
 
     @property
     def desc_count(self) -> int:
         return len(self.descriptors)
 
-    def write(self, addr: int, data: bytes) -> None:
+    @property
+    def nbytes(self) -> int:
+        return len(self.memory)
+
+    def bind(self, buffer: Any, upload: bool = True) -> "SubnetImage":
+        """Tie the image to a device buffer at its base address and copy it there."""
+        if buffer.phys_addr != self.base:
+            raise FluidError(f"image planned at {self.base:#x} cannot live in a buffer at {buffer.phys_addr:#x}; "
+                             "plan it with base=buffer.phys_addr")
+        if buffer.nbytes < len(self.memory):
+            from fluidnpu.host_driver.device import BufferTooSmall
+            raise BufferTooSmall(f"subnet image needs {len(self.memory)} bytes; the buffer at "
+                                 f"{buffer.phys_addr:#x} has {buffer.nbytes}")
+        self.buffer = buffer
+        if upload:
+            self.upload()
+        return self
+
+    def upload(self) -> None:
+        """Copy the whole host image into the bound buffer and flush it to the device."""
+        self.buffer.write(0, bytes(self.memory))
+        self.buffer.sync_to_device()
+
+    def download(self) -> None:
+        """Refresh the host image from the bound buffer (what the NPU wrote)."""
+        self.buffer.sync_from_device()
+        self.memory[:] = self.buffer.read(0, len(self.memory))
+
+    def _range(self, addr: int, n: int) -> int:
         off = addr - self.base
+        if off < 0 or off + n > len(self.memory):
+            from fluidnpu.host_driver.device import BufferTooSmall
+            raise BufferTooSmall(f"{n} bytes at {addr:#x} lie outside the subnet image "
+                                 f"[{self.base:#x}, {self.base + len(self.memory):#x})")
+        return off
+
+    def write(self, addr: int, data: bytes) -> None:
+        off = self._range(addr, len(data))
         self.memory[off:off + len(data)] = data
+        if self.buffer is not None:
+            self.buffer.write(off, data)
 
     def read(self, addr: int, n: int) -> bytes:
-        off = addr - self.base
+        off = self._range(addr, n)
+        if self.buffer is not None:
+            return self.buffer.read(off, n)
         return bytes(self.memory[off:off + n])
 
     def write_input(self, x: np.ndarray, slots: list[int] | None = None) -> None:
@@ -89,20 +136,42 @@ class SubnetImage:
         if x.dtype != np.int16:
             raise FluidError(f"tensor {index} expects int16 samples, got {x.dtype}")
         slots = list(range(len(x))) if slots is None else slots
+        if len(slots) != len(x):
+            raise FluidError(f"{len(x)} samples for {len(slots)} slots")
         for s, sample in zip(slots, x):
             if not 0 <= s < self.bmax:
-                raise FluidError(f"sample slot {s} outside 0..{self.bmax - 1}")
+                raise FluidError(f"sample slot {s} outside 0..{self.bmax - 1} (the image has Bmax = {self.bmax} slots)")
             self.write(t.addr + s * t.sample_stride, sample.astype("<i2").tobytes())
+        if self.buffer is not None:
+            self.buffer.sync_to_device()
 
     def read_tensor(self, index: int, n: int, slots: list[int] | None = None) -> np.ndarray:
         t = self.tensors[index]
         slots = list(range(n)) if slots is None else slots
+        for s in slots:
+            if not 0 <= s < self.bmax:
+                raise FluidError(f"sample slot {s} outside 0..{self.bmax - 1} (the image has Bmax = {self.bmax} slots)")
+        if self.buffer is not None:
+            self.buffer.sync_from_device()
         return np.stack([np.frombuffer(self.read(t.addr + s * t.sample_stride, t.sample_bytes), dtype="<i2")
                          .reshape(t.shape) for s in slots]).astype(np.int16)
 
 
-def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000) -> SubnetImage:
-    """Lay out a chain of layers (each reads the previous one's output) for up to Bmax samples."""
+def subnet_nbytes(layers: list[LayerParams], bmax: int) -> int:
+    """Bytes of device memory `plan_subnet(layers, bmax)` needs (from a 64-byte aligned base)."""
+    return len(plan_subnet(layers, bmax, base=0).memory)
+
+
+def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000, buffer: Optional[Any] = None) -> SubnetImage:
+    """Lay out a chain of layers (each reads the previous one's output) for up to Bmax samples.
+
+    With `buffer` (a device Buffer), the image is placed at the buffer's bus
+    address (`base` is ignored), checked to fit, and uploaded.
+    """
+    if buffer is not None:
+        base = buffer.phys_addr
+    if base % ALIGN:
+        raise FluidError(f"subnet base {base:#x} must be {ALIGN}-byte aligned")
     if not layers:
         raise FluidError("a subnet needs at least one layer")
     g0 = layers[0].geometry
@@ -141,4 +210,6 @@ def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000) -> Sub
     for lp, wa, ba in zip(layers, w_addr, b_addr):
         image.write(wa, lp.weights.astype("<i2").tobytes())
         image.write(ba, lp.bias.astype("<i4").tobytes())
+    if buffer is not None:
+        image.bind(buffer)
     return image

@@ -28,6 +28,9 @@ VERSION_MINOR = 0
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 REG_BYTES = 4
 WINDOW_BYTES = 0x1000  # the address range Vivado assigns (only bits [11:2] are decoded)
+# Vivado IP identity (vendor:library:name:version) the NPU is packaged under; the host driver binds to it
+# (PYNQ DefaultIP.bindto) and looks it up in a .hwh.
+VLNV = f"fluidnpu.org:fluidnpu:npu:{VERSION_MAJOR}.{VERSION_MINOR}"
 K_CODES = {0: 1.0, 1: 2.0, 2: 0.5}  # FBCB k code -> k (same as fluidnpu.dse.perf_model.K_CODE_TO_K)
 
 

@@ -1,0 +1,307 @@
+"""ModelDevice: the NPU as a bit-accurate numpy model behind the same register window.
+
+The register block follows hw/registers.py rule for rule (reset values,
+CFG_*/design hash, FBCB memory through FBCB_ADDR/FBCB_DATA, BACTIVE/BEXIT/
+BINCR with their refusals, START/SOFT_RESET/CLEAR_COUNTERS, STATUS, IRQ, the
+busy lock, the same ErrorCodes). A START runs the whole subnet at once: each
+descriptor is read from the device memory and checked as the sequencer
+checks it (a layer beyond the FBCB, an empty dimension, a mode the engine
+lacks, BR > Bactive, too few buffer rows for the groups: BAD_DESCRIPTOR;
+memory outside the device: AXI_READ/AXI_WRITE), the layer's im2col walk uses
+the descriptor's own byte strides, and the arithmetic is hw/reference.py's
+(the RTL's golden model), so outputs are bit-exact with the RTL. The cycle
+counters come from dse/perf_model.py's `layer_cycles` for the layer's FBCB
+<BR, k> at the run's Bactive, priced on one m_axi port of the build's width
+(as the RTL has it); CYC_MAC is the plan's row count and CYC_DMA_STALL the
+rest of each layer's cycles beyond the model's fixed per-layer overhead —
+estimates, not measurements. `device_cycles` accumulates the modelled time.
+
+`hang` makes START never finish (fault tests): "soft" — SOFT_RESET recovers
+it; "hard" — only `reset()` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from fluidnpu.errors import FluidError
+from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
+from fluidnpu.hw.reference import gemm_bias, postprocess
+from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry)
+from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
+
+_W = {r.offset >> 2: r for r in REGISTERS}
+_MASK32 = 0xFFFFFFFF
+
+
+class _AxiFault(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        self.code = code
+
+
+class ModelDevice(Device):
+    """A bit-accurate, fast NPU on the host. `bundle`: a Bundle, its dict, or NpuParams."""
+
+    name = "model"
+    poll_interval_s = 0.0
+
+    def __init__(self, bundle: Any, *, mem_bytes: int = 64 << 20, mem_base: int = 0x1000_0000,
+                 axi_dw: Optional[int] = None, timing: Any = None, hang: Optional[str] = None,
+                 preload_fbcb: bool = True) -> None:
+        from fluidnpu.host_driver.driver import _data, bundle_params
+        from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming
+
+        self.params: NpuParams = bundle_params(bundle, axi_dw)
+        if timing is None and not isinstance(bundle, NpuParams):
+            t = _data(bundle).get("dse", {}).get("timing")
+            timing = EngineTiming(**t) if t else None
+        self.timing = timing or DEFAULT_TIMING
+        self.mem_base = mem_base
+        self.memory = bytearray(mem_bytes)
+        self._alloc = BumpAllocator(mem_base, mem_bytes, what="ModelDevice memory")
+        self.hang = hang
+        self._stuck = False
+        self.device_cycles = 0
+        self.runs = 0
+        p = self.params
+        self.fbcb = list(p.fbcb) if (preload_fbcb and p.fbcb) else [0] * p.fbcb_depth
+        self.reset()
+
+    # ---- register window ----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Hard reset: registers to reset values, run aborted. The FBCB memory keeps its contents
+        (as the RTL's memory does)."""
+        self.irq_en = self.irq_st = 0
+        self.st_done = self.st_error = False
+        self.err_code = 0
+        self.desc_base = self.desc_count = self.bactive = 0
+        self.fbcb_ptr = self.layer_cnt = 0
+        self.cyc = {"CYC_BUSY": 0, "CYC_MAC": 0, "CYC_DMA_STALL": 0, "CYC_LAYERS": 0}
+        self.busy = False
+        self._stuck = False
+
+    @property
+    def irq(self) -> bool:
+        return bool(self.irq_st & self.irq_en)
+
+    def read32(self, offset: int) -> int:
+        reg = _W.get((offset & 0xFFF) >> 2)
+        if reg is None or reg.access is Access.WO:
+            return 0
+        n = reg.name
+        p = self.params
+        if n == "ID" or n == "VERSION":
+            return reg.reset
+        if n.startswith("CFG_"):
+            return p.cfg_values[n] & _MASK32
+        if n.startswith("CYC_"):
+            return self.cyc[n] & _MASK32
+        st = REG["STATUS"]
+        return {
+            "IRQ_EN": self.irq_en, "IRQ_STATUS": self.irq_st, "DESC_BASE": self.desc_base,
+            "DESC_COUNT": self.desc_count, "BACTIVE": self.bactive, "FBCB_ADDR": self.fbcb_ptr,
+            "LAYER": self.layer_cnt,
+            "STATUS": (int(self.busy) << st.field("BUSY").lsb | int(self.st_done) << st.field("DONE").lsb
+                       | int(self.st_error) << st.field("ERROR").lsb | self.err_code << st.field("ERROR_CODE").lsb),
+        }[n]
+
+    def _error(self, code: ErrorCode) -> None:
+        self.st_error = True
+        self.err_code = int(code)
+        self.irq_st |= 0b10
+
+    def write32(self, offset: int, value: int) -> None:
+        reg = _W.get((offset & 0xFFF) >> 2)
+        if reg is None or reg.access is Access.RO:
+            return
+        v = value & _MASK32
+        n = reg.name
+        p = self.params
+        if n in BUSY_LOCKED and self.busy:
+            self._error(ErrorCode.WRITE_WHILE_BUSY)
+            return
+        if n == "CTRL":
+            if v & 0b100:
+                self.cyc = dict.fromkeys(self.cyc, 0)
+            if v & 0b010:
+                self._soft_reset()
+            elif v & 0b001:
+                if self.busy:
+                    self._error(ErrorCode.START_WHILE_BUSY)
+                elif not 1 <= self.bactive <= p.bmax:
+                    self._error(ErrorCode.BAD_BACTIVE)
+                else:
+                    self.st_done = self.st_error = False
+                    self.err_code = self.layer_cnt = 0
+                    self._run()
+        elif n == "IRQ_EN":
+            self.irq_en = v & reg.mask
+        elif n == "IRQ_STATUS":
+            self.irq_st &= ~v & 0b11
+        elif n == "DESC_BASE":
+            self.desc_base = v
+        elif n == "DESC_COUNT":
+            self.desc_count = v & reg.mask
+        elif n == "BACTIVE":
+            self.bactive = v
+        elif n == "BEXIT":
+            if v > self.bactive:
+                self._error(ErrorCode.BAD_BACTIVE_UPDATE)
+            else:
+                self.bactive -= v
+        elif n == "BINCR":
+            if self.bactive + v > p.bmax:
+                self._error(ErrorCode.BAD_BACTIVE_UPDATE)
+            else:
+                self.bactive += v
+        elif n == "FBCB_ADDR":
+            self.fbcb_ptr = v & reg.mask
+        elif n == "FBCB_DATA":
+            if self.fbcb_ptr >= p.fbcb_depth:
+                self._error(ErrorCode.FBCB_INDEX)
+            else:
+                self.fbcb[self.fbcb_ptr] = v & ((1 << p.fbcb_width) - 1)
+                self.fbcb_ptr += 1
+
+    def _soft_reset(self) -> None:
+        if self._stuck and self.hang == "hard":
+            return      # a wedged NPU: SOFT_RESET does not bring it back
+        self.busy = self._stuck = False
+        self.st_done = self.st_error = False
+        self.err_code = self.layer_cnt = self.irq_st = 0
+
+    # ---- memory -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int) -> Buffer:
+        off = self._alloc.alloc(nbytes)
+        return BytesBuffer(self.memory, off, nbytes, self.mem_base,
+                           on_free=lambda b, off=off: self._alloc.free(off))
+
+    def _span(self, addr: int, n: int, code: ErrorCode) -> int:
+        off = addr - self.mem_base
+        if off < 0 or off + n > len(self.memory):
+            raise _AxiFault(code)
+        return off
+
+    def _gather16(self, addrs: np.ndarray) -> np.ndarray:
+        """int16 values at byte addresses `addrs` (each 2-byte aligned)."""
+        if addrs.size == 0:
+            return np.zeros(addrs.shape, np.int64)
+        lo, hi = int(addrs.min()), int(addrs.max())
+        self._span(lo, 2, ErrorCode.AXI_READ)
+        self._span(hi, 2, ErrorCode.AXI_READ)
+        mem16 = np.frombuffer(self.memory, dtype="<i2", count=len(self.memory) // 2)
+        return mem16[(addrs - self.mem_base) >> 1].astype(np.int64)
+
+    # ---- execution ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        self.runs += 1
+        if self.hang:
+            self.busy = self._stuck = True
+            return
+        b = self.bactive
+        code = None
+        for i in range(self.desc_count):
+            try:
+                fields = self._descriptor(self.desc_base + i * DESC_STRIDE_BYTES)
+                plan = self._plan(fields, b)
+                if plan is None:
+                    code = ErrorCode.BAD_DESCRIPTOR
+                    break
+                self._layer(fields, b)
+            except _AxiFault as f:
+                code = f.code
+                break
+            self._count(fields, b, plan)
+            self.layer_cnt += 1
+        if code is not None:
+            self._error(code)
+        else:
+            self.st_done = True
+            self.irq_st |= 0b01
+
+    def _descriptor(self, addr: int) -> dict:
+        off = self._span(addr, DESC_WORDS * 4, ErrorCode.AXI_READ)
+        words = list(np.frombuffer(bytes(self.memory[off:off + DESC_WORDS * 4]), dtype="<u4"))
+        return unpack_fields([int(w) for w in words])
+
+    def _plan(self, f: dict, b: int) -> Optional[dict]:
+        """The sequencer's checks and plan for one layer; None = BAD_DESCRIPTOR."""
+        p = self.params
+        if (f["layer"] >= p.layers or f["npix"] == 0 or f["cout"] == 0 or f["P"] == 0 or f["cin"] == 0
+                or f["kw"] == 0 or f["out_w"] == 0):
+            return None
+        br, k = decode_fbcb_entry(self.fbcb[f["layer"] * p.bmax + b - 1], p.bmax)
+        TR, TP, TC = p.TR, p.TP, p.TC
+        if k == 3 or (k == 1 and (TC < 2 or TR < 2)) or (k == 2 and (TP < 2 or TR < 2)) or br > b:
+            return None
+        TRk, TPk, nPE = {0: (TR, TP, TC), 1: (TR // 2, 2 * TP, TC // 2), 2: (TR // 2, TP // 2, 2 * TC)}[k]
+        C = f["cout"]
+        BP = -(-b // br)
+        g = min(BP, nPE // C) if C <= nPE else 1
+        if TRk // g == 0:
+            return None
+        return {"BR": br, "k": k, "TPk": TPk, "nPE": nPE, "BP": BP, "g": g}
+
+    def _layer(self, f: dict, b: int) -> None:
+        """One layer, bit-exact: im2col by the descriptor's byte strides, hw/reference arithmetic."""
+        oh, ow, kh, kw, cin, C = f["out_h"], f["out_w"], f["kh"], f["kw"], f["cin"], f["cout"]
+        if f["npix"] != oh * ow or f["P"] != kh * kw * cin:
+            raise _AxiFault(ErrorCode.BAD_DESCRIPTOR)   # an inconsistent descriptor: refuse it too
+        oy, ox = np.arange(oh), np.arange(ow)
+        ky, kx = np.arange(kh), np.arange(kw)
+        row_adv = (ow - 1) * f["x_step"] + f["y_wrap"]
+        pix = f["origin"] + oy[:, None] * row_adv + ox[None, :] * f["x_step"]               # (oh, ow)
+        tap_adv = cin * 2 + f["kx_delta"]
+        tap = ky[:, None] * (kw * tap_adv + f["ky_delta"]) + kx[None, :] * tap_adv          # (kh, kw)
+        iy = oy[:, None] * f["sh"] - f["ph"] + ky[None, :]                                  # (oh, kh)
+        ix = ox[:, None] * f["sw"] - f["pw"] + kx[None, :]                                  # (ow, kw)
+        valid = (((iy >= 0) & (iy < f["in_h"]))[:, None, :, None]
+                 & ((ix >= 0) & (ix < f["in_w"]))[None, :, None, :])                        # (oh, ow, kh, kw)
+        rel = pix[:, :, None, None] + tap[None, None]                                       # (oh, ow, kh, kw)
+        rel = rel[..., None] + np.arange(cin) * 2                                           # (..., cin)
+        vmask = np.broadcast_to(valid[..., None], rel.shape)
+        samples = f["src_base"] + np.arange(b, dtype=np.int64) * f["src_sample_stride"]
+        addrs = samples[:, None] + rel[vmask][None, :]                                      # (b, nvalid)
+        cols = np.zeros((b,) + rel.shape, dtype=np.int64)
+        cols[:, vmask] = self._gather16(addrs)
+        cols = cols.reshape(b * oh * ow, kh * kw * cin)
+        woff = self._span(f["weight_base"], f["P"] * C * 2, ErrorCode.AXI_READ)
+        W = np.frombuffer(self.memory, dtype="<i2", count=f["P"] * C, offset=woff).reshape(f["P"], C)
+        boff = self._span(f["bias_base"], C * 4, ErrorCode.AXI_READ)
+        bias = np.frombuffer(self.memory, dtype="<i4", count=C, offset=boff)
+        y = postprocess(gemm_bias(cols, W, bias), f["shift"], bool(f["relu"])).reshape(b, oh * ow, C)
+        dst = (f["dst_base"] + np.arange(b, dtype=np.int64)[:, None, None] * f["dst_sample_stride"]
+               + np.arange(oh * ow)[None, :, None] * f["dst_pix_step"] + np.arange(C)[None, None, :] * 2)
+        self._span(int(dst.min()), 2, ErrorCode.AXI_WRITE)
+        self._span(int(dst.max()), 2, ErrorCode.AXI_WRITE)
+        mem16 = np.frombuffer(self.memory, dtype="<i2", count=len(self.memory) // 2)
+        mem16[(dst - self.mem_base) >> 1] = y
+
+    def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
+        from fluidnpu.dse.perf_model import layer_cycles
+        p = self.params
+        c = layer_cycles(p.TR, p.TP, p.TC, f["npix"], f["P"], f["cout"], 1, b, br, k, p.axi_dw / 8,
+                         self.timing, taps=f["kh"] * f["kw"])
+        return int(c)
+
+    def _count(self, f: dict, b: int, plan: dict) -> None:
+        cycles = self.layer_model_cycles(f, b, plan["BR"], plan["k"])
+        R, P, C = f["npix"], f["P"], f["cout"]
+        br, BP, g, nPE, TPk = plan["BR"], plan["BP"], plan["g"], plan["nPE"], plan["TPk"]
+        n_last = b - (BP - 1) * br
+        npass = -(-BP // g)
+        h = BP - (npass - 1) * g
+        rows_last = (n_last if h == 1 else br) * R
+        mac = -(-C // nPE) * -(-P // TPk) * ((npass - 1) * br * R + rows_last)
+        mac = min(mac, cycles)
+        stall = max(0, cycles - mac - self.timing.layer_overhead)
+        self.cyc["CYC_BUSY"] += cycles
+        self.cyc["CYC_MAC"] += mac
+        self.cyc["CYC_DMA_STALL"] += stall
+        self.cyc["CYC_LAYERS"] += 1
+        self.device_cycles += cycles
+
+    def close(self) -> None:
+        pass
