@@ -1,0 +1,80 @@
+"""Benchmark: the runtime's speed on the digits network (issue 5).
+
+* ModelDevice samples/s through NetworkRuntime (quantise the inputs, place
+  and run each exit segment's subnet through NpuDriver's register protocol,
+  read back, decide exits) for batch sizes 1 and Bmax, whole segments at a
+  time, tau = 0.8;
+* the same on the host golden model (driver=None), i.e. the register and
+  memory-image overhead of going through a device;
+* the float and fixed-point forward passes over the whole test split.
+
+    python benchmarks/bench_runtime.py [--samples 450] [--repeat 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+
+import numpy as np
+
+from fluidnpu import digits_ee as D
+from fluidnpu.host_driver.driver import NpuDriver
+from fluidnpu.host_driver.model_device import ModelDevice
+from fluidnpu.host_driver.runtime import NetworkRuntime
+from fluidnpu.quantize import quantize
+
+
+def best_of(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=450)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    net = D.load_float_network()
+    xtr, _, xte, _ = D.load_dataset()
+    q = quantize(net, xtr)
+    x = np.resize(xte, (args.samples,) + xte.shape[1:])
+    bundle = D.default_design(8)
+    res: dict = {"design": dict(zip(("TR", "TP", "TC"), bundle.design)), "bmax": bundle.bmax,
+                 "samples": args.samples, "python": platform.python_version(), "machine": platform.machine()}
+    for bmax in (1, bundle.bmax):
+        drv = NpuDriver(ModelDevice(bundle), bundle)
+        rt = NetworkRuntime(q, drv, bmax=bmax)
+        rt.infer(x[:bmax])      # places the subnets
+        t = best_of(lambda: rt.infer(x), args.repeat)
+        res[f"model_device_b{bmax}_samples_per_s"] = args.samples / t
+        res[f"model_device_b{bmax}_subnet_runs_per_s"] = None
+        runs0 = rt.subnet_runs
+        t0 = time.perf_counter()
+        rt.infer(x)
+        res[f"model_device_b{bmax}_subnet_runs_per_s"] = (rt.subnet_runs - runs0) / (time.perf_counter() - t0)
+        ref = NetworkRuntime(q, None, bmax=bmax)
+        res[f"golden_b{bmax}_samples_per_s"] = args.samples / best_of(lambda: ref.infer(x), args.repeat)
+    res["float_forward_samples_per_s"] = args.samples / best_of(lambda: net.forward(x), args.repeat)
+    res["fixed_forward_samples_per_s"] = args.samples / best_of(
+        lambda: q.run_reference(q.quantize_input(x)[0]), args.repeat)
+    if args.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"digits-ee on ModelDevice <{bundle.design[0]}, {bundle.design[1]}, {bundle.design[2]}>, "
+              f"{args.samples} samples, best of {args.repeat}")
+        for k, v in res.items():
+            if k.endswith("_per_s"):
+                print(f"  {k:40s} {v:10.0f}")
+    return res
+
+
+if __name__ == "__main__":
+    main()
