@@ -68,6 +68,7 @@ class BatchRow:
     held: dict[int, list[tuple[list[Query], Part]]] = field(default_factory=dict)  # boundary -> parts
     no_stretch: bool = False
     split_order: list[int] | None = None
+    split_at: int | None = None
     failed: str | None = None
     parent: int | None = None
     answered: int = 0

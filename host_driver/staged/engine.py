@@ -47,6 +47,10 @@ from fluidnpu.host_driver.staged.slicing import StageProfile
 from fluidnpu.host_driver.staged.torchutil import StreamShim, require_torch
 
 
+# Host overhead is counted in this thread's CPU time, so that a busy machine's preemptions do not count.
+_cpu = time.thread_time
+
+
 class ExecState(str, Enum):
     ACTIVE = "active"
     CHECKING = "checking"
@@ -108,7 +112,7 @@ class StageExecutor:
     def step(self) -> bool:
         progress = False
         if self.state is ExecState.WORKING:
-            t0 = time.perf_counter()
+            t0 = _cpu()
             try:
                 done = self.inflight.event.query()
             except Exception as exc:  # noqa: BLE001 - an asynchronous device error surfaces here
@@ -118,7 +122,7 @@ class StageExecutor:
             if done:
                 self._complete()
                 progress = True
-            self.overhead_s += time.perf_counter() - t0
+            self.overhead_s += _cpu() - t0
             if self.state is ExecState.WORKING:
                 return progress
         if not self.queue:
@@ -139,7 +143,7 @@ class StageExecutor:
     # -- execution -------------------------------------------------------
     def _launch(self, item: QueueItem, slot) -> None:
         eng = self.engine
-        t0 = time.perf_counter()
+        t0 = _cpu()
         compute = 0.0
         for p in item.parts:
             if p.slot is not None:
@@ -154,13 +158,13 @@ class StageExecutor:
                 self.stream.keep_alive([t for t in x if hasattr(t, "record_stream")])
                 if eng.fail_stage is not None and eng.fail_stage(self.index, item):
                     raise RuntimeError(f"injected failure in stage {self.index}")
-                c0 = time.perf_counter()
+                c0 = _cpu()
                 for m in self.modules:
                     x = call_module(m, x)
                 logits = None
                 if self.exit_head is not None:
                     logits = self.exit_head.head(x[0] if len(x) == 1 else x)
-                compute = time.perf_counter() - c0
+                compute = _cpu() - c0
                 ev = self.stream.record()
         except Exception as exc:  # noqa: BLE001 - the stage's queries fail with this error
             for p in item.parts:
@@ -170,14 +174,14 @@ class StageExecutor:
                 BufferRing.written(slot, None, None, 0)
             eng._fail(item, f"stage {self.index} failed: {type(exc).__name__}: {exc}")
             self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
-            self.overhead_s += time.perf_counter() - t0 - compute
+            self.overhead_s += _cpu() - t0 - compute
             return
         self.inflight = _Inflight(item, slot, x, logits, ev)
         self.executions += 1
         self.rows += item.num
         eng.launch_log.append((self.index, item.batch_id, item.num))
         self._set(ExecState.WORKING)
-        self.overhead_s += time.perf_counter() - t0 - compute
+        self.overhead_s += _cpu() - t0 - compute
 
     def _fail_inflight(self, exc: Exception) -> None:
         inf = self.inflight
@@ -246,10 +250,12 @@ class StagedEngine:
                                                 exit_ids.get(hi - 1)))
         self.input_stream = StreamShim(device)
         self.results: dict[int, Result] = {}
+        self._live_ids: set[int] = set()
         self.submitted = 0
         self.launch_log: list[tuple[int, int, int]] = []
         self.meta_log: list[tuple[str, int, int]] = []   # (op, batch id, queries)
         self.meta_overhead_s = 0.0
+        self.collate_s = 0.0       # input preparation (tokens to padded tensors, host to device), not scheduling
 
     # -- meta-operations -------------------------------------------------
     def _inputs(self, queries: list[Query]) -> Part:
@@ -258,14 +264,16 @@ class StagedEngine:
         for q in queries:
             self.spec.check_payload(q.payload)
         torch = require_torch()
+        t0 = _cpu()
         with torch.inference_mode(), self.input_stream.context():
             data = self.spec.collate([q.payload for q in queries], self.device)
             ev = self.input_stream.record()
+        self.collate_s += _cpu() - t0
         return Part(None, 0, len(queries), data, ev)
 
     def new(self, queries: Sequence[Query], now: float | None = None) -> BatchRow:
         """Meta-operation new: a batch of these queries enters stage 0."""
-        t0 = time.perf_counter()
+        t0 = _cpu()
         queries = list(queries)
         if len(queries) > self.max_batch:
             raise FluidError(f"a batch of {len(queries)} queries is larger than the maximum {self.max_batch}")
@@ -275,7 +283,7 @@ class StagedEngine:
         self.submitted += len(queries)
         self.queues[0].push(QueueItem(row.id, 0, len(queries), list(queries), [part]))
         self.meta_log.append(("new", row.id, len(queries)))
-        self.meta_overhead_s += time.perf_counter() - t0
+        self.meta_overhead_s += _cpu() - t0
         return row
 
     def can_stretch(self, row: BatchRow | None, n: int = 1) -> bool:
@@ -284,7 +292,7 @@ class StagedEngine:
 
     def stretch(self, row: BatchRow, queries: Sequence[Query]) -> None:
         """Meta-operation stretch: these queries join `row` and catch up with its progress."""
-        t0 = time.perf_counter()
+        t0 = _cpu()
         queries = list(queries)
         if not queries:
             raise FluidError("an empty batch cannot be scheduled")
@@ -298,31 +306,33 @@ class StagedEngine:
         self.submitted += len(queries)
         self.queues[0].push(QueueItem(row.id, start, len(queries), list(queries), [part]))
         self.meta_log.append(("stretch", row.id, len(queries)))
-        self.meta_overhead_s += time.perf_counter() - t0
+        self.meta_overhead_s += _cpu() - t0
 
-    def split(self, row: BatchRow, sizes: Sequence[int]) -> None:
-        """Meta-operation split: when `row` next enters a stage as a whole, break it into these sizes."""
+    def split(self, row: BatchRow, sizes: Sequence[int], at: int | None = None) -> None:
+        """Meta-operation split: when `row` next enters a stage as a whole (stage `at` or later if
+        given), break it into batches of these sizes."""
         if row.id not in self.table.rows:
             raise FluidError(f"batch {row.id} is no longer in the batch table")
         sizes = [int(s) for s in sizes]
         if not sizes or any(s < 1 for s in sizes):
             raise FluidError(f"split sizes must be >= 1, got {sizes}")
         row.split_order = sizes
+        row.split_at = at
         row.no_stretch = True
 
     def _check_fresh(self, queries: list[Query]) -> None:
         ids = {q.id for q in queries}
-        if len(ids) != len(queries) or any(i in self.results or self._live(i) for i in ids):
+        if len(ids) != len(queries) or any(i in self.results or i in self._live_ids for i in ids):
             raise FluidError("a query was submitted twice")
-
-    def _live(self, qid: int) -> bool:
-        return any(qid in r.pos and any(q.id == qid for q in r.queries) for r in self.table.rows.values())
+        self._live_ids |= ids
 
     # -- completion, holding, release ----------------------------------
-    def _answer(self, q: Query, output=None, error: str | None = None, exit_index: int | None = None) -> None:
+    def _answer(self, q: Query, output=None, error: str | None = None, exit_index: int | None = None,
+                now: float | None = None) -> None:
         if q.id in self.results:
             raise RuntimeError(f"query {q.id} answered twice")
-        self.results[q.id] = Result(q.id, output, error, self.clock(), exit_index)
+        self.results[q.id] = Result(q.id, output, error, self.clock() if now is None else now, exit_index)
+        self._live_ids.discard(q.id)
 
     def _remove(self, row: BatchRow, queries: Sequence[Query]) -> None:
         drop = {q.id for q in queries}
@@ -354,7 +364,7 @@ class StagedEngine:
             self._try_release(row, b)
 
     def _stage_done(self, ex: StageExecutor, item: QueueItem, slot, out, logits, ev) -> None:
-        t0 = time.perf_counter()
+        t0 = _cpu()
         s = ex.index
         row = self.table.rows.get(item.batch_id)
         queries = item.queries
@@ -363,14 +373,15 @@ class StagedEngine:
             row.statusmap[s] += n
         if s == self.n_stages - 1:
             rows = self.spec.output(out)
-            rows = rows.detach().to("cpu")
-            for i, q in enumerate(queries):
-                self._answer(q, rows[i])
+            rows = rows.detach().to("cpu").unbind(0)
+            now = self.clock()
+            for q, r in zip(queries, rows):
+                self._answer(q, r, now=now)
             if row is not None:
                 row.answered += n
                 self._remove(row, queries)
                 self._after_membership_change(row)
-            self.meta_overhead_s += time.perf_counter() - t0
+            self.meta_overhead_s += _cpu() - t0
             return
         keep = list(range(n))
         if logits is not None:
@@ -398,7 +409,7 @@ class StagedEngine:
             BufferRing.written(slot, None, None, 0)
             if row is not None:
                 self._after_membership_change(row)
-            self.meta_overhead_s += time.perf_counter() - t0
+            self.meta_overhead_s += _cpu() - t0
             return
         BufferRing.written(slot, out, ev, 1)
         if row is None:   # cannot happen: a batch with live queries stays in the table
@@ -408,7 +419,7 @@ class StagedEngine:
             row.pos[q.id] = s + 1
         row.held.setdefault(s + 1, []).append((kept, Part(slot, 0, len(kept))))
         self._after_membership_change(row)
-        self.meta_overhead_s += time.perf_counter() - t0
+        self.meta_overhead_s += _cpu() - t0
 
     def _try_release(self, row: BatchRow, b: int) -> None:
         if b not in row.held or row.behind(b) > 0:
@@ -423,7 +434,7 @@ class StagedEngine:
         whole = len(queries) == row.bs
         sizes = None
         if whole:
-            if row.split_order is not None:
+            if row.split_order is not None and (row.split_at is None or b >= row.split_at):
                 sizes = row.split_order
                 row.split_order = None
             elif self.split_hook is not None:
@@ -480,7 +491,8 @@ class StagedEngine:
 
     def overhead_per_stage_s(self) -> float:
         n = sum(ex.executions for ex in self.executors)
-        return (sum(ex.overhead_s for ex in self.executors) + self.meta_overhead_s) / n if n else 0.0
+        sched = sum(ex.overhead_s for ex in self.executors) + self.meta_overhead_s - self.collate_s
+        return sched / n if n else 0.0
 
     def grown_slots(self) -> int:
         return sum(r.grown for r in self.rings if r is not None)

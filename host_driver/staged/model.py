@@ -157,10 +157,12 @@ class ModelSpec:
         return self
 
     def reference(self, payload: Any, device) -> tuple[Any, int | None]:
-        """(output row, exit index or None) of one query run alone through the unsliced model."""
+        """(output row, exit index (position in `exits`) or None) of one query run alone through the
+        unsliced model."""
         torch = require_torch()
         self.check_payload(payload)
         exits = self.exit_after
+        ordinal = {e.after: k for k, e in enumerate(self.exits)}
         with torch.inference_mode():
             state = self.collate([payload], device)
             for i, m in enumerate(self.modules):
@@ -169,7 +171,7 @@ class ModelSpec:
                     logits = exits[i].head(state[0] if len(state) == 1 else state)
                     conf = torch.softmax(logits.float(), -1).amax(-1)
                     if bool(conf[0] >= exits[i].threshold):
-                        return logits[0].detach().cpu(), i
+                        return logits[0].detach().cpu(), ordinal[i]
             return self.output(state)[0].detach().cpu(), None
 
 
