@@ -236,24 +236,29 @@ _ASSIGN = re.compile(r"^\s*assign\s+(\\?\S+)\s*=\s*(.+?);\s*$")
 _TEMP = re.compile(r"\\\$\d+\b")
 
 
-def _assignments(verilog_text: str) -> dict[int, tuple[str, str]]:
-    """Line number -> (target, expression) of every continuous assignment."""
+def _assignments(verilog_text: str) -> dict[int, tuple[int, str, str]]:
+    """Line number -> (module index, target, expression) of every continuous assignment.
+    Amaranth's temporaries (\\$1, \\$2, ...) are per module, hence the module index."""
     out = {}
+    module = 0
     for i, line in enumerate(verilog_text.splitlines(), 1):
+        if line.startswith("module "):
+            module += 1
         m = _ASSIGN.match(line)
         if m:
-            out[i] = (m.group(1), m.group(2))
+            out[i] = (module, m.group(1), m.group(2))
     return out
 
 
-def _expand(defs: dict[int, tuple[str, str]], line: str, depth: int = 3) -> str:
-    """The expression assigned at Verilog `line`, with Amaranth's temporaries (\\$N) substituted
-    by their own expressions, so a DSP reads as `x0_1 * wop0_1 + ca0` rather than `\\$1 + ca0`."""
+def _expand(defs: dict[int, tuple[int, str, str]], scopes: dict[int, dict[str, str]], line: str,
+            depth: int = 3) -> str:
+    """The expression assigned at Verilog `line`, with Amaranth's temporaries (\\$N) of the same
+    module substituted by their own expressions, so a DSP reads as `x0_1 * wop0_1 + ca0`."""
     n = int(line)
     if n not in defs:
         return f"design.v:{line}"
-    by_name = {t.strip(): e for t, e in defs.values()}
-    expr = defs[n][1]
+    module, _, expr = defs[n]
+    by_name = scopes[module]
     for _ in range(depth):
         new = _TEMP.sub(lambda m: f"({by_name[m.group(0)]})" if m.group(0) in by_name else m.group(0), expr)
         if new == expr:
@@ -284,6 +289,9 @@ def parse_results(wd: Path, top_name: str, family: str, verilog_text: str, secon
     mem_cells: dict[str, dict[str, int]] = {}
     dsp_sources: dict[str, int] = {}
     defs = _assignments(verilog_text)
+    scopes: dict[int, dict[str, str]] = {}
+    for module, target, expr in defs.values():
+        scopes.setdefault(module, {})[target.strip()] = expr
     prims = json.loads((wd / "prims.json").read_text()) if (wd / "prims.json").exists() else {"modules": {}}
     for mod_name, mod in prims["modules"].items():
         mod_name = _unescape(mod_name)
@@ -291,7 +299,7 @@ def parse_results(wd: Path, top_name: str, family: str, verilog_text: str, secon
             typ, cell_name = cell["type"], _unescape(cell_name)
             if typ in DSPS:
                 src = _VLINE.search(cell.get("attributes", {}).get("src", ""))
-                where = _expand(defs, src.group(1)) if src else cell_name
+                where = _expand(defs, scopes, src.group(1)) if src else cell_name
                 key = f"{mod_name}: {where}"
                 dsp_sources[key] = dsp_sources.get(key, 0) + 1
             elif typ in RAM_TYPES:
