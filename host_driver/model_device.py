@@ -22,6 +22,7 @@ it; "hard" — only `reset()` does.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -65,6 +66,8 @@ class ModelDevice(Device):
         self._stuck = False
         self.device_cycles = 0
         self.runs = 0
+        self.last_run_s = 0.0         # host seconds the last START spent computing (the "device time")
+        self.accesses = 0             # register reads + writes
         p = self.params
         self.fbcb = list(p.fbcb) if (preload_fbcb and p.fbcb) else [0] * p.fbcb_depth
         self.reset()
@@ -87,6 +90,7 @@ class ModelDevice(Device):
         return bool(self.irq_st & self.irq_en)
 
     def read32(self, offset: int) -> int:
+        self.accesses += 1
         reg = _W.get((offset & 0xFFF) >> 2)
         if reg is None or reg.access is Access.WO:
             return 0
@@ -113,6 +117,7 @@ class ModelDevice(Device):
         self.irq_st |= 0b10
 
     def write32(self, offset: int, value: int) -> None:
+        self.accesses += 1
         reg = _W.get((offset & 0xFFF) >> 2)
         if reg is None or reg.access is Access.RO:
             return
@@ -196,6 +201,13 @@ class ModelDevice(Device):
 
     # ---- execution ----------------------------------------------------------------------------
     def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._run_layers()
+        finally:
+            self.last_run_s = time.perf_counter() - t0
+
+    def _run_layers(self) -> None:
         self.runs += 1
         if self.hang:
             self.busy = self._stuck = True

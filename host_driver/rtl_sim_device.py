@@ -74,7 +74,8 @@ class RtlSimDevice(Device):
         self.poll_cycles = poll_cycles
         self.wall_limit_s = wall_limit_s
         self._alloc = BumpAllocator(MEM_BASE, mem_bytes - MEM_BASE, what="RTL simulation memory")
-        self.transactions = 0
+        self.transactions = 0         # AXI4-Lite transactions, polling included
+        me = self
 
         async def aread(off: int) -> int:
             return int.from_bytes((await axil.read(off, 4)).data, "little")
@@ -84,6 +85,18 @@ class RtlSimDevice(Device):
 
         async def cycles(n: int) -> None:
             await ClockCycles(dut.clk, n)
+
+        async def wait_idle(max_cycles: float, poll: int, wall_end: float) -> bool:
+            """The whole polling loop on the simulator's thread: one bridge round trip per wait."""
+            waited = 0
+            while True:
+                me.transactions += 1
+                if not await aread(REG["STATUS"].offset) & _BUSY:
+                    return True
+                if waited >= max_cycles or time.monotonic() >= wall_end:
+                    return False
+                await ClockCycles(dut.clk, poll)
+                waited += poll
 
         async def pulse_reset(n: int) -> None:
             dut.rst.value = 1
@@ -95,6 +108,7 @@ class RtlSimDevice(Device):
         self._write = resume(awrite)
         self.cycles = resume(cycles)
         self._reset = resume(pulse_reset)
+        self._wait_idle = resume(wait_idle)
         from cocotb.utils import get_sim_time
         self._sim_ns = lambda: get_sim_time("ns")
 
@@ -120,16 +134,8 @@ class RtlSimDevice(Device):
     def wait_done(self, timeout_s: float) -> bool:
         """Poll STATUS every `poll_cycles` cycles until BUSY = 0; False after `timeout_s` of simulated
         time at `clock_mhz`, or after `wall_limit_s` of real time."""
-        max_cycles = timeout_s * self.clock_mhz * 1e6
-        waited = 0
-        wall_end = time.monotonic() + self.wall_limit_s
-        while True:
-            if not self.read32(REG["STATUS"].offset) & _BUSY:
-                return True
-            if waited >= max_cycles or time.monotonic() >= wall_end:
-                return False
-            self.cycles(self.poll_cycles)
-            waited += self.poll_cycles
+        return self._wait_idle(timeout_s * self.clock_mhz * 1e6, self.poll_cycles,
+                               time.monotonic() + self.wall_limit_s)
 
 
 def _build_dir(params: NpuParams, sim: str) -> Path:
@@ -165,7 +171,9 @@ def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool =
         try:
             run_cocotb(Npu(params), "fluidnpu_npu", "fluidnpu.host_driver._rtl_tb", sim=sim,
                        build_dir=_build_dir(params, sim),
-                       extra_env={_ENV: json.dumps({"job": str(job), "out": str(out)})})
+                       extra_env={_ENV: json.dumps({"job": str(job), "out": str(out)}),
+                                  "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+                                  "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning")})
         except AssertionError as exc:
             if not out.exists():
                 raise RtlRunError(f"the RTL simulation did not complete: {exc}") from None

@@ -128,3 +128,30 @@ def model_and_rtl(target: Device, bundle: Any, wrong_bundle: Any, seed: int) -> 
     """Both scenarios on one device (one RTL simulation start for all of them)."""
     driver = NpuDriver(target, bundle)
     return {"subnet": subnet_scenario(driver, seed), "faults": fault_scenario(target, bundle, wrong_bundle, seed)}
+
+
+def timed_runs(driver: NpuDriver, seed: int = 0, n: int = 3, in_shape: tuple = (8, 8, 16), max_c: int = 16) -> dict:
+    """Benchmark body (benchmarks/bench_host_driver.py): `n` launches of one placed 2-layer subnet at Bmax.
+
+    Returns per launch the wall seconds of run_subnet, the driver's host-side seconds (register
+    traffic and checks, the wait excluded), the counters, the simulated ns (RTL) and the device's
+    own compute seconds (model)."""
+    import time
+    dev = driver.device
+    b = driver.params.bmax
+    case = _case(driver, random.Random(seed), b, min(2, driver.params.layers), in_shape=in_shape, max_c=max_c)
+    image = driver.place(case.layers)
+    image.write_input(case.x)
+    rows = []
+    for _ in range(n):
+        sim0 = dev.sim_time_ns() if hasattr(dev, "sim_time_ns") else 0.0
+        acc0 = getattr(dev, "accesses", getattr(dev, "transactions", 0))
+        t0 = time.perf_counter()
+        counters = driver.run_subnet(image, timeout_s=1.0, b=b)
+        wall = time.perf_counter() - t0
+        rows.append({"wall_s": wall, "host_s": driver.last_host_s, "wait_s": driver.last_wait_s,
+                     "device_s": getattr(dev, "last_run_s", 0.0), "counters": counters,
+                     "sim_ns": (dev.sim_time_ns() - sim0) if hasattr(dev, "sim_time_ns") else 0.0,
+                     "accesses": getattr(dev, "accesses", getattr(dev, "transactions", 0)) - acc0})
+    ok = all(np.array_equal(image.read_tensor(i + 1, b), e) for i, e in enumerate(case.expected))
+    return {"rows": rows, "correct": ok, "layers": [lp.geometry.__dict__ for lp in case.layers], "b": b}
