@@ -48,6 +48,26 @@ FRAC_RANGE = (-16, 30)     # fractional bits a tensor's format may have
 ACC_LIMIT = 1 << 31
 
 
+# ---------------------------------------------------------------- host operations between NPU layers
+HOST_OPS = ("gap",)
+
+
+def host_op(op: str | None, x: np.ndarray) -> np.ndarray:
+    """A host operation on a batch (n, h, w, c): float, or int16 (exact, round half up, same format).
+
+    "gap": global average pooling to (n, 1, 1, c).
+    """
+    if op is None:
+        return x
+    if op == "gap":
+        if x.dtype == np.int16:
+            n = x.shape[1] * x.shape[2]
+            s = x.astype(np.int64).sum(axis=(1, 2), keepdims=True)
+            return np.floor_divide(2 * s + n, 2 * n).astype(np.int16)
+        return x.mean(axis=(1, 2), keepdims=True)
+    raise FluidError(f"unknown host operation {op!r}")
+
+
 # ---------------------------------------------------------------- float network
 @dataclass(frozen=True)
 class FloatLayer:
@@ -57,9 +77,12 @@ class FloatLayer:
     weight: np.ndarray
     bias: np.ndarray
     relu: bool
+    pre: str | None = None        # host operation on the layer's input (HOST_OPS), e.g. "gap"
 
     def __post_init__(self) -> None:
         L = self.layer
+        if self.pre is not None and self.pre not in HOST_OPS:
+            raise FluidError(f"layer {L.name!r}: unknown host operation {self.pre!r}; known: {', '.join(HOST_OPS)}")
         if self.weight.shape != (L.P, L.C):
             raise FluidError(f"layer {L.name!r}: weights must be {L.P}x{L.C} (P x C), got {self.weight.shape}")
         if self.bias.shape != (L.C,):
@@ -136,7 +159,7 @@ class FloatNetwork:
         x = np.asarray(x, dtype=np.float64)
         outs: list[np.ndarray] = []
         for i, (fl, src) in enumerate(zip(self.layers, self.sources)):
-            inp = x if src < 0 else outs[src]
+            inp = host_op(fl.pre, x if src < 0 else outs[src])
             g = geometry(fl.layer, i)
             xin = _as_input(inp, g, fl.layer.name)
             cols = im2col(xin, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.out_h, g.out_w)
@@ -185,6 +208,7 @@ class QLayer:
     frac_out: int
     acc_max: int                  # largest |accumulator| seen on the calibration set
     acc_bound: int                # worst case sum|w| * max|x| + max|b| over any int16 input the layer can see
+    pre: str | None = None        # host operation on the input (HOST_OPS)
 
     @property
     def shift(self) -> int:
@@ -265,7 +289,7 @@ class QuantizedNetwork:
         """Every layer's int16 output for int16 inputs, exactly as the NPU computes them."""
         outs: list[np.ndarray] = []
         for q in self.layers:
-            inp = xq if q.source < 0 else outs[q.source]
+            inp = host_op(q.pre, xq if q.source < 0 else outs[q.source])
             outs.append(layer_reference(_as_input(inp, q.geometry, q.name), q.geometry, q.weights, q.bias))
         return outs, count_saturation(self, xq, outs)
 
@@ -323,7 +347,7 @@ def quantize(net: FloatNetwork, calibration: np.ndarray, headroom: float = 1.0, 
         name = fl.layer.name
         src = sources[i]
         f_in = f_in0 if src < 0 else fracs[src]
-        x_in = xq if src < 0 else qouts[src]
+        x_in = host_op(fl.pre, xq if src < 0 else qouts[src])
         max_w = float(np.max(np.abs(fl.weight))) if fl.weight.size else 0.0
         if weight_frac_bits is None:
             f_w = frac_bits_for(max_w)
@@ -371,7 +395,7 @@ def quantize(net: FloatNetwork, calibration: np.ndarray, headroom: float = 1.0, 
         y = layer_reference(xin, g, wq16, bq32)
         fracs.append(f_out)
         qouts.append(y)
-        qlayers.append(QLayer(name, fl.layer, g, wq16, bq32, src, f_in, f_w, f_out, acc_max, bound))
+        qlayers.append(QLayer(name, fl.layer, g, wq16, bq32, src, f_in, f_w, f_out, acc_max, bound, fl.pre))
     qnet = QuantizedNetwork(net.workload, tuple(net.input_hwc), f_in0, qlayers)
     qnet.calibration_saturation = count_saturation(qnet, xq, qouts)
     return qnet

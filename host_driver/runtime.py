@@ -40,7 +40,7 @@ import numpy as np
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.reference import INT16_MAX, INT16_MIN, layer_reference
-from fluidnpu.quantize import QuantizedNetwork, SaturationReport, check_tau, softmax_confidence
+from fluidnpu.quantize import QuantizedNetwork, SaturationReport, check_tau, host_op, softmax_confidence
 
 
 @dataclass(eq=False)
@@ -148,26 +148,34 @@ class NetworkRuntime:
 
     # ---- running ------------------------------------------------------------------------------
     def _run_piece(self, a: int, e: int, states: Sequence[SampleState]) -> dict[int, np.ndarray]:
-        """Layers [a, e) of one segment on `states`; returns every layer's outputs (n, ...) int16."""
+        """Layers [a, e) of one segment on `states`; returns every layer's outputs (n, ...) int16.
+
+        A layer with a host operation on its input (e.g. global average pooling
+        before an exit's FC) starts a new subnet: the host applies it between
+        the two NPU runs.
+        """
         n = len(states)
-        src = self.sources[a]
-        x = np.stack([st.acts[src] for st in states])
+        x = np.stack([st.acts[self.sources[a]] for st in states])
         outs: dict[int, np.ndarray] = {}
-        if self.driver is None:
-            cur = x
-            for j in range(a, e):
-                q = self.qnet.layers[j]
-                g = q.geometry
-                cur = layer_reference(cur.reshape(n, g.in_h, g.in_w, g.cin), g, q.weights, q.bias)
-                outs[j] = cur
-        else:
-            img = self._image(a, e)
-            img.write_tensor(0, x.reshape((n,) + tuple(img.tensors[0].shape)))
-            counters = self.driver.run_subnet(img, timeout_s=self.timeout_s, b=n)
-            self.device_cycles += int(counters.get("busy", 0))
-            for j in range(a, e):
-                outs[j] = img.read_tensor(j - a + 1, n)
-        self.subnet_runs += 1
+        lo = a
+        while lo < e:
+            hi = next((j for j in range(lo + 1, e) if self.qnet.layers[j].pre), e)
+            cur = host_op(self.qnet.layers[lo].pre, x if lo == a else outs[lo - 1])
+            if self.driver is None:
+                for j in range(lo, hi):
+                    q = self.qnet.layers[j]
+                    g = q.geometry
+                    cur = layer_reference(cur.reshape(n, g.in_h, g.in_w, g.cin), g, q.weights, q.bias)
+                    outs[j] = cur
+            else:
+                img = self._image(lo, hi)
+                img.write_tensor(0, cur.reshape((n,) + tuple(img.tensors[0].shape)))
+                counters = self.driver.run_subnet(img, timeout_s=self.timeout_s, b=n)
+                self.device_cycles += int(counters.get("busy", 0))
+                for j in range(lo, hi):
+                    outs[j] = img.read_tensor(j - lo + 1, n)
+            self.subnet_runs += 1
+            lo = hi
         for j, y in outs.items():
             self.saturation.saturated[j + 1] += int(np.count_nonzero((y == INT16_MAX) | (y == INT16_MIN)))
             self.saturation.total[j + 1] += int(y.size)
