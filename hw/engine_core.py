@@ -241,6 +241,8 @@ class EngineCore(wiring.Component):
             m.d.comb += lo_out[b].eq(Mux(sub[b] & ~is2, hi_mem[b][1].data, lo_mem[b][1].data))
         lo_arr = Array(lo_out)
         hi_arr = Array(hm[1].data for hm in hi_mem)
+        # the upper k=1/2 PE reads only lanes [0, h) of its group's row: mux only those
+        lo_h_arr = Array(v[:16 * max(h, 1)] for v in lo_out)
         X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]
         WOP = [[Signal(signed(16), name=f"wop{p}_{i}") for i in range(TP)] for p in range(TC)]
         CA = [Signal(signed(32), name=f"ca{p}") for p in range(TC)]
@@ -255,9 +257,9 @@ class EngineCore(wiring.Component):
                 m.d.comb += vH.eq(hi_arr[selA[p]])
                 vH_w = _words(vH, TP)
             if has_kh:
-                vB = Signal(16 * TP, name=f"vB{p}")
-                m.d.comb += vB.eq(lo_arr[selB[p]])
-                vB_w = _words(vB, TP)
+                vB = Signal(16 * h, name=f"vB{p}")
+                m.d.comb += vB.eq(lo_h_arr[selB[p]])
+                vB_w = _words(vB, h)
             for i in range(TP):
                 src: Value = vA_w[i]
                 if has_k2 and odd:
@@ -381,18 +383,45 @@ class EngineCore(wiring.Component):
         wv, wwb, wlane = Signal(), Signal(), Signal.like(self.w_wr.lane)
         m.d.sync += [wd[c].eq(rep_w[c]) for c in range(2 * TC)]
         m.d.sync += [wv.eq(self.w_wr.valid), wwb.eq(self.w_wr.wb), wlane.eq(self.w_wr.lane)]
-        for p in range(TC):
+        # Which (PE, lane) registers a write hits depends only on the lane, the PE's
+        # parity and whether the PE has a k=2 partner, so the lane decode is built once
+        # per such class (O(TP) comparators, not O(TP * TC)); the data a PE takes
+        # depends only on the PE and on the half of its lanes (the k=1/2 split).
+        # Per register that leaves one enable and one 16-bit data source.
+        n_pair = 2 * (TC // 2)                   # PEs with a k=2 partner
+
+        def lane_hits(par: int, paired: bool) -> list[list[Signal]]:
+            """Per lane i, the write enables [wb 0, wb 1] of lane i in this class's PEs."""
+            hits = []
             for i in range(TP):
-                targets = [(is1, i, p)]
-                if has_k2 and p < 2 * (TC // 2):
-                    targets.append((is2, i + (TP if p % 2 else 0), p // 2))
+                hit: Value = is1 & (wlane == i)
+                if has_k2 and paired:
+                    hit = hit | (is2 & (wlane == i + (TP if par else 0)))
                 if has_kh and i < 2 * h:
-                    targets.append((ish, i if i < h else i - h, p if i < h else p + TC))
-                for flag, lane, col in targets:
-                    with m.If(wv & flag & (wlane == lane)):
-                        for wb in range(2):
-                            with m.If(wwb == wb):
-                                m.d.sync += W[wb][p][i].eq(wd[col])
+                    hit = hit | (ish & (wlane == (i if i < h else i - h)))
+                en = [Signal(name=f"wen{wb}_{par}{int(paired)}_{i}") for wb in range(2)]
+                m.d.comb += [en[0].eq(wv & ~wwb & hit), en[1].eq(wv & wwb & hit)]
+                hits.append(en)
+            return hits
+
+        classes = {(par, paired): lane_hits(par, paired) for par in (0, 1) for paired in (False, True)
+                   if any(p % 2 == par and (p < n_pair) == paired for p in range(TC))}
+        for p in range(TC):
+            hits = classes[(p % 2, p < n_pair)]
+            src_lo: Value = wd[p]
+            if has_k2 and p < n_pair:
+                src_lo = Mux(is2, wd[p // 2], src_lo)
+            d_lo = Signal(16, name=f"wdat{p}_lo")
+            m.d.comb += d_lo.eq(src_lo)
+            d_hi = d_lo
+            if has_kh:
+                d_hi = Signal(16, name=f"wdat{p}_hi")
+                m.d.comb += d_hi.eq(Mux(ish, wd[p + TC], d_lo))
+            for i in range(TP):
+                d = d_hi if has_kh and h <= i < 2 * h else d_lo
+                for wb in range(2):
+                    with m.If(hits[i][wb]):
+                        m.d.sync += W[wb][p][i].eq(d)
 
         # bias: chunk at logical column `base` (a multiple of nmax/2), then replicated;
         # a 33rd bit marks the columns this chunk covers.
