@@ -102,7 +102,7 @@ def load_float_network(path: str | Path | None = None):
 
 
 # ---------------------------------------------------------------- a design small enough to simulate
-SMALL_DSP, SMALL_BRAM36 = 16, 16
+SMALL_DSP, SMALL_BRAM36 = 16, 10
 
 
 def small_board(dsp: int = SMALL_DSP, bram36: int = SMALL_BRAM36):
@@ -119,7 +119,7 @@ def small_board(dsp: int = SMALL_DSP, bram36: int = SMALL_BRAM36):
     return board_from_data(data, f"small board ({dsp} DSPs)")
 
 
-def default_design(bmax: int = 8, dsp: int = SMALL_DSP):
+def default_design(bmax: int = 4, dsp: int = SMALL_DSP):
     """The DSE's pick for digits-ee on `small_board(dsp)` (a Bundle; ~0.1 s)."""
     from fluidnpu.bundle import bundle_from_result
     from fluidnpu.dse.search import DSEOptions, explore

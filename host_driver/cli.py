@@ -112,7 +112,7 @@ def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: f
     else:
         from fluidnpu import digits_ee as D
 
-        bundle = D.default_design(bmax or 8)
+        bundle = D.default_design(bmax or 4)
         source = f"default: DSE of {qnet.workload.name} on {D.small_board().name} ({D.SMALL_DSP} DSPs, Bmax {bundle.bmax})"
     if bmax is not None and not 1 <= bmax <= bundle.bmax:
         raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
