@@ -57,6 +57,10 @@ def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, st
     from fluidnpu.scheduler_fw.gpu.runner import make_trace, parse_load, serve_load
     from fluidnpu.scheduler_fw.gpu.setup import make_engine, make_policy, prepare
 
+    parse_load(load, 1.0)   # a malformed --load fails before any profiling
+    if policy == "dp" and workload != "bert":
+        raise FluidError(f"dp batching needs a variable-length workload (bert), not {workload}")
+
     bench = prepare(workload, device, size=size, seed=seed, bsmax=bsmax, lengths=lengths)
     pol, prof = make_policy(bench, policy, bsmax, stages, None if window_ms is None else window_ms / 1e3,
                             cost_table, trigger, slo_ms / 1e3)
