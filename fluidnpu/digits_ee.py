@@ -105,18 +105,26 @@ def load_float_network(path: str | Path | None = None):
 SMALL_DSP, SMALL_BRAM36 = 16, 10
 
 
-def small_board(dsp: int = SMALL_DSP, bram36: int = SMALL_BRAM36):
-    """ZC706's figures with only `dsp` DSPs and `bram36` BRAM36: an NPU the RTL simulation can afford."""
+def small_board_data(dsp: int = SMALL_DSP, bram36: int = SMALL_BRAM36) -> dict:
+    """A board file (as a dict): ZC706's figures with only `dsp` DSPs and `bram36` BRAM36, no URAM."""
     import json
 
-    from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
+    from fluidnpu.boards.catalog import BOARD_DIR
 
     data = json.loads((BOARD_DIR / "zc706.json").read_text())
     data["name"] = f"zc706-{dsp}dsp"
-    data["resources"]["dsp"]["value"] = dsp
-    data["resources"]["bram36"]["value"] = bram36
-    data["resources"]["uram"]["value"] = 0
-    return board_from_data(data, f"small board ({dsp} DSPs)")
+    note = "reduced so that the RTL simulation of the NPU stays small (fluidnpu.digits_ee.small_board_data)"
+    data["resources"]["dsp"] = {"value": dsp, "source": note}
+    data["resources"]["bram36"] = {"value": bram36, "source": note}
+    data["resources"]["uram"] = {"value": 0, "source": note}
+    return data
+
+
+def small_board(dsp: int = SMALL_DSP, bram36: int = SMALL_BRAM36):
+    """ZC706's figures with only `dsp` DSPs and `bram36` BRAM36: an NPU the RTL simulation can afford."""
+    from fluidnpu.boards.catalog import board_from_data
+
+    return board_from_data(small_board_data(dsp, bram36), f"small board ({dsp} DSPs)")
 
 
 def default_design(bmax: int = 4, dsp: int = SMALL_DSP):
