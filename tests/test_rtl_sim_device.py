@@ -1,6 +1,6 @@
 """The driver on the generated Verilog (cocotb + Verilator, cocotbext-axi memory and register master).
 
-One simulation runs the whole driver scenario and every fault case through
+One simulation (random pauses on every m_axi channel) runs the whole driver scenario and every fault case through
 RtlSimDevice, and the same scenario on ModelDevice must give identical
 outputs (both equal to hw/reference's golden results).
 """
@@ -26,7 +26,7 @@ SEED = 3
 @pytest.fixture(scope="module")
 def rtl_result():
     from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
-    return run_with_rtl(BUNDLE, model_and_rtl, BUNDLE, WRONG, SEED, driver=False)
+    return run_with_rtl(BUNDLE, model_and_rtl, BUNDLE, WRONG, SEED, driver=False, pause=0.3)
 
 
 def test_rtl_runs_the_driver_scenario_bit_exact(rtl_result):
