@@ -8,7 +8,7 @@
   memory-image overhead of going through a device;
 * the float and fixed-point forward passes over the whole test split.
 
-    python benchmarks/bench_runtime.py [--samples 450] [--repeat 3] [--json]
+    python benchmarks/bench_runtime.py [--samples 450] [--repeat 3] [--bmax 4] [--json]
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=450)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--bmax", type=int, default=4, help="Bmax of the design (default: the runtime's default design)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     net = D.load_float_network()
     xtr, _, xte, _ = D.load_dataset()
     q = quantize(net, xtr)
     x = np.resize(xte, (args.samples,) + xte.shape[1:])
-    bundle = D.default_design(8)
+    bundle = D.default_design(args.bmax)
     res: dict = {"design": dict(zip(("TR", "TP", "TC"), bundle.design)), "bmax": bundle.bmax,
                  "samples": args.samples, "python": platform.python_version(), "machine": platform.machine()}
     for bmax in (1, bundle.bmax):
