@@ -65,7 +65,7 @@ class RtlSimDevice(Device):
     name = "rtl"
 
     def __init__(self, dut: Any, ram: Any, axil: Any, *, mem_bytes: int = MEM_BYTES, clock_mhz: float = 100.0,
-                 poll_cycles: int = 32, wall_limit_s: float = 120.0) -> None:
+                 poll_cycles: int = 128, wall_limit_s: float = 120.0) -> None:
         from cocotb.task import resume       # cocotb 2: cocotb.task.bridge / cocotb.task.resume
         from cocotb.triggers import ClockCycles
 
