@@ -292,10 +292,17 @@ class ModelDevice(Device):
         mem16[(dst - self.mem_base) >> 1] = y
 
     def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
-        from fluidnpu.dse.perf_model import layer_cycles
+        """dse/perf_model.py's cycles for this descriptor's layer, priced as sim_tb/agreement.py prices a
+        case (one m_axi port of the build's width)."""
+        from fluidnpu.dse import perf_model
         p = self.params
-        c = layer_cycles(p.TR, p.TP, p.TC, f["npix"], f["P"], f["cout"], 1, b, br, k, p.axi_dw / 8,
-                         self.timing, taps=f["kh"] * f["kw"])
+        kw = {"taps": f["kh"] * f["kw"]}
+        inside = getattr(perf_model, "im2col_inside", None)   # share of im2col reads inside the image
+        if inside is not None:
+            kw["inside"] = inside((f["in_h"], f["in_w"]), (f["out_h"], f["out_w"]), (f["kh"], f["kw"]),
+                                  (f["sh"], f["sw"]), (f["ph"], f["pw"]))
+        c = perf_model.layer_cycles(p.TR, p.TP, p.TC, f["npix"], f["P"], f["cout"], 1, b, br, k, p.axi_dw / 8,
+                                    self.timing, **kw)
         return int(c)
 
     def _count(self, f: dict, b: int, plan: dict) -> None:
