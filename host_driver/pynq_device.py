@@ -211,10 +211,9 @@ class PynqDevice(Device):
         if len(names) > 1:
             raise FluidError(f"the overlay has several NPUs ({', '.join(names)}); pass ip_name")
         name = names[0]
-        ip = getattr(overlay, name.replace("/", "_")) if "/" not in name else overlay
-        if "/" in name:
-            for part in name.split("/"):
-                ip = getattr(ip, part)
+        ip = overlay
+        for part in name.split("/"):          # a cell inside a hierarchy is overlay.hier.cell
+            ip = getattr(ip, part)
         if not isinstance(ip, ip_cls):
             raise FluidError(f"overlay cell {name} is bound to {type(ip).__name__}, not the fluidnpu driver; "
                              "import fluidnpu.host_driver.pynq_device before loading the Overlay")
