@@ -151,17 +151,21 @@ def _profile(times):
 
 def test_policy_ii_splits_only_when_halving_pays():
     # stage 1 saturates at 8 (time flat to 8, then linear): splitting 64 halves T_remain per half
-    prof = _profile({1: [1.0, 1.0], 8: [1.0, 1.0], 32: [2.0, 4.0], 64: [4.0, 8.0]})
+    prof = _profile({1: [1.0, 1.0], 8: [1.0, 1.0], 32: [2.0, 4.0], 64: [4.0, 9.0]})
     pol = DVABatch(prof, bsmax=64, n_stages=2)
 
     class E:
         profile = prof
         n_stages = 2
+        executors = []
+
+        def overhead_per_stage_s(self):
+            return 0.0
     pol.engine = E()
 
     class R:
         bs = 64
-    assert pol.split_hook(E(), R(), 1) == [32, 32]          # T_remain(64)=8 >= 2*T_remain(32)=8
+    assert pol.split_hook(E(), R(), 1) == [32, 32]          # T_remain(64)=9 >= 2*T_remain(32)=8 (+ host cost)
     R.bs = 8
     assert pol.split_hook(E(), R(), 1) is None              # T_remain(8)=1 < 2*T_remain(4)=2
     assert length_bucket(5) == length_bucket(8) == 3 and length_bucket(9) == 4

@@ -154,8 +154,11 @@ class StageExecutor:
                 for p in item.parts:
                     self.stream.wait(p.slot.event if p.slot is not None else p.event)
 
+                if self.stream.cuda:   # tensors written on other streams are now read on this one
+                    for p in item.parts:
+                        src = p.slot.data if p.slot is not None else p.data
+                        self.stream.keep_alive([t for t in src if hasattr(t, "record_stream")])
                 x = eng.spec.ops.merge([p.state(eng.spec.ops) for p in item.parts])
-                self.stream.keep_alive([t for t in x if hasattr(t, "record_stream")])
                 if eng.fail_stage is not None and eng.fail_stage(self.index, item):
                     raise RuntimeError(f"injected failure in stage {self.index}")
                 c0 = _cpu()

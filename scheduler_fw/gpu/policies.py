@@ -7,16 +7,19 @@ wants to be called without an arrival (or None). Policies that split install
 to enter the next stage (Fig. 12's Schedule()).
 
 Interpretations (see docs/gpu.md):
-* Policy I's batch window is "the duration of the first stage at bsmax": we
-  realise it by forming the next batch(es) when stage 0 is free, which is the
-  same wait while the pipeline is busy and no wait when it is idle. The
-  pipeline holds at most bsmax active queries.
+* Policy I's batch window is "the duration of the first stage at bsmax": while
+  queries are in the pipeline, the next batch(es) form when stage 0 is free and
+  either the pipeline's room (bsmax minus active queries) is filled or the
+  oldest query has waited one window; an idle pipeline takes queries at once
+  (at low load DVABatch then behaves as ZeroBatch, as §8.2 reports).
 * Clusters for Policy I are length buckets with edges at powers of two, so a
   batch pads to at most twice its shortest query.
 * T_comp_wait for Policy III defaults to half the unsliced model's time at bsmax.
 * Policy II splits a batch in halves at a boundary when T_remain(bs) >=
-  2 T_remain(bs/2) from the profiled stage times; the halves are checked
-  again at later boundaries.
+  2 T_remain(bs/2); the halves are checked again at later boundaries.
+  T_remain sums the profiled stage times plus the engine's measured host cost
+  per stage execution (which a split pays twice), since our per-module
+  profile, unlike an end-to-end TensorRT profile, does not include it.
 * The exit-aware split uses T_remain weighted by the survival fraction
   observed at each early exit so far.
 """
@@ -102,7 +105,8 @@ class DVABatch(GPUPolicy):
     name = "dva"
 
     def __init__(self, profile, bsmax: int = 64, n_stages: int = 2, input_div: bool = True, split: bool = True,
-                 stretch: bool = True, comp_wait_s: float | None = None) -> None:
+                 stretch: bool = True, comp_wait_s: float | None = None, window_s: float | None = None,
+                 stage_overhead_s: float = 50e-6) -> None:
         super().__init__(bsmax)
         self.profile = profile
         self.n_stages = int(n_stages)
@@ -110,6 +114,8 @@ class DVABatch(GPUPolicy):
         self.split_enabled = split
         self.stretch_enabled = stretch
         self.comp_wait_s = 0.5 * profile.total(self.bsmax) if comp_wait_s is None else float(comp_wait_s)
+        self.window_s = profile.time(0, self.bsmax) if window_s is None else float(window_s)
+        self.default_overhead_s = float(stage_overhead_s)
         self.stretches = 0
         self.splits = 0
         self.buckets: dict[int, int] = {}   # batch id -> length bucket
@@ -120,8 +126,14 @@ class DVABatch(GPUPolicy):
             engine.split_hook = self.split_hook
 
     # Policy II -----------------------------------------------------------
+    def overhead(self) -> float:
+        eng = self.engine
+        n = sum(ex.executions for ex in eng.executors)
+        return eng.overhead_per_stage_s() if n >= 20 else self.default_overhead_s
+
     def remain(self, boundary: int, bs: float) -> float:
-        return self.engine.profile.remain(boundary, bs)
+        eng = self.engine
+        return eng.profile.remain(boundary, bs) + self.overhead() * (eng.n_stages - boundary)
 
     def split_hook(self, engine, row: BatchRow, boundary: int):
         bs = row.bs
@@ -154,9 +166,13 @@ class DVABatch(GPUPolicy):
                         engine.stretch(row, join)
                         self.stretches += 1
         if pending and engine.stage_free(0):
-            room = self.bsmax - engine.live()
+            live = engine.live()
+            room = self.bsmax - live
             if room <= 0:
                 return None
+            due = pending[0].arrival + self.window_s
+            if live > 0 and len(pending) < room and now < due:
+                return due
             batch = self.take(pending, room)
             groups: dict[int, list[Query]] = {}
             for q in sorted(batch, key=lambda q: q.length):
@@ -169,6 +185,7 @@ class DVABatch(GPUPolicy):
     def describe(self):
         return {**super().describe(), "input_div": self.input_div, "split": self.split_enabled,
                 "stretch": self.stretch_enabled, "comp_wait_ms": self.comp_wait_s * 1e3,
+                "window_ms": self.window_s * 1e3,
                 "stretches": self.stretches, "splits": self.splits}
 
 
@@ -192,7 +209,8 @@ class ExitAwareDVA(DVABatch):
     def remain(self, boundary: int, bs: float) -> float:
         eng = self.engine
         base = self.survival(boundary)
-        return sum(eng.profile.time(s, max(bs * self.survival(s) / base, 1.0)) for s in range(boundary, eng.n_stages))
+        return sum(eng.profile.time(s, max(bs * self.survival(s) / base, 1.0)) + self.overhead()
+                   for s in range(boundary, eng.n_stages))
 
 
 POLICIES = ("dva", "zerobatch", "delaybatch", "dp", "naive", "nobatch")
