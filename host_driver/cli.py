@@ -122,7 +122,7 @@ def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: f
            "slo_s": slo / 1e3, "seed": seed,
            "timeout_s": timeout_s or (2.0 if device == "model" else 600.0),
            "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 3 if device == "model" else 1}
+           "calib_reps": 5 if device == "model" else 1}
     if device == "model":
         from fluidnpu.host_driver.driver import NpuDriver
         from fluidnpu.host_driver.model_device import ModelDevice
