@@ -55,8 +55,8 @@ def test_dse_human_summary_for_inception_on_zcu104():
 
 def test_models_and_boards_json():
     models = json.loads(run("models", "--json").stdout)
-    assert {m["name"] for m in models} == {"resnet50", "inceptionv3"}
-    assert [m["gemm_layers"] for m in models] == [54, 95]
+    assert {m["name"] for m in models} == {"resnet50", "inceptionv3", "digits-ee"}
+    assert [m["gemm_layers"] for m in models] == [54, 95, 4]
     boards = json.loads(run("boards", "--json").stdout)
     assert [b["name"] for b in boards] == ["zc706", "zcu104"]
     one = json.loads(run("boards", "zcu104", "--json").stdout)
