@@ -4,7 +4,9 @@ Runs seeded random single-layer cases (convs and FCs, every <BR, k>, every
 batch size) on four simulated NPU configurations (Amaranth simulator, AXI RAM
 model), reads CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case with
 dse.perf_model, and writes docs/figures/rtl/agreement.{csv,json,png}. Prints
-the worst and mean disagreement.
+the worst and mean disagreement. Then runs one compute-bound layer on
+<128, 4, 16> at 64-, 128- and 256-bit AXI and prints its MAC-active share
+(CYC_MAC / CYC_BUSY) beside the model's (`--no-compute-bound` skips it).
 
     python benchmarks/rtl_agreement.py [--cases 12] [--out docs/figures/rtl]
 """
@@ -21,13 +23,16 @@ import time
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases, agreement_rows
+from fluidnpu.hw.regmap import NpuParams
+from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, COMPUTE_BOUND_ENGINE, agreement_cases, agreement_rows,
+                                       compute_bound_case, compute_bound_rows, model_mac_share)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=12, help="cases per configuration")
     ap.add_argument("--out", default="docs/figures/rtl")
+    ap.add_argument("--no-compute-bound", action="store_true", help="skip the compute-bound MAC-share runs")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -39,6 +44,14 @@ def main() -> None:
             rows += agreement_rows(params, agreement_cases(params, args.cases, seed=1000 * (i + 1)))
             prog.advance(task)
     seconds = time.perf_counter() - t0
+    cb = []
+    if not args.no_compute_bound:
+        case = compute_bound_case()
+        for r in compute_bound_rows():
+            dw = int(r.config.rsplit(" ", 1)[1])
+            share = model_mac_share(NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=dw), case)
+            cb.append(asdict(r) | {"axi_dw": dw, "error": r.error, "mac_share": r.mac_share,
+                                   "model_mac_share": share})
     records = [asdict(r) | {"error": r.error, "mac_share": r.mac_share} for r in rows]
     with open(out / "agreement.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(records[0]))
@@ -48,7 +61,8 @@ def main() -> None:
     summary = {"cases": len(rows), "all_correct": all(r.correct for r in rows),
                "worst_error": worst.error, "mean_abs_error": sum(abs(r.error) for r in rows) / len(rows),
                "within_5pct": sum(abs(r.error) <= 0.05 for r in rows), "seconds": seconds}
-    (out / "agreement.json").write_text(json.dumps({"summary": summary, "rows": records}, indent=1))
+    (out / "agreement.json").write_text(json.dumps({"summary": summary, "rows": records, "compute_bound": cb},
+                                                   indent=1))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -73,6 +87,10 @@ def main() -> None:
           f"worst {summary['worst_error']:+.1%} ({worst.config}, b={worst.b} BR={worst.BR} k={worst.k_code} "
           f"R={worst.R} P={worst.P} C={worst.C}); mean |error| {summary['mean_abs_error']:.1%}; "
           f"{seconds:.0f} s")
+    for r in cb:
+        print(f"compute-bound R={r['R']} P={r['P']} C={r['C']} on {r['config']}: CYC_MAC/CYC_BUSY "
+              f"{r['mac_share']:.1%} (model {r['model_mac_share']:.1%}), cycles {r['hw_cycles']} vs model "
+              f"{r['model_cycles']} ({r['error']:+.1%}), bit-exact {r['correct']}")
 
 
 if __name__ == "__main__":

@@ -47,18 +47,25 @@ K_CODES: tuple[int, ...] = (0, 1, 2)
 class EngineTiming:
     """Fixed costs of the engine, in cycles, calibrated against the RTL (docs/rtl-agreement.md).
 
-    fill_base + ceil(log2 TPk): a row's trip from issue to the staging buffer,
-    paid once per layer (blocks stream back to back through the pipeline);
-    step_overhead: per weight step, the fetcher's step set-up plus the DMA
-    round trip that two buffer halves cannot hide; layer_overhead: descriptor
-    fetch, per-layer planning (a few sequential divisions) and write drain.
+    fill_base + ceil(log2 TPk): a row's trip from issue to the staging buffer
+    plus the writer's set-up, paid once per layer (blocks stream back to back
+    through the pipeline); step_overhead: fetcher cycles per weight step
+    beyond its reads (0: the fetcher chains steps); dma_latency: a read
+    command's trip to the core (paid where nothing hides it: the layer's
+    first step, a pass that regroups the PEs); block_overhead: fetcher cycles
+    per row block, pass_overhead per pass (+ one per group); layer_overhead:
+    the fixed part of a layer's control (descriptor round trip, state
+    changes, the last write's response). The control unit's planning, which
+    depends on the layer, is priced exactly by `plan_cycles`.
     """
 
     word_bytes: int = 2
-    fill_base: int = 5
-    layer_overhead: int = 100
-    step_overhead: int = 1
+    fill_base: int = 6
+    layer_overhead: int = 15
+    step_overhead: int = 0
     dma_latency: int = 6
+    block_overhead: int = 1
+    pass_overhead: int = 1
 
 
 DEFAULT_TIMING = EngineTiming()
@@ -120,6 +127,11 @@ class Bus:
                    word_bytes)
 
     @property
+    def beat_cycles(self) -> float:
+        """Cycles one beat (or one zero-fill response) occupies the bus."""
+        return self.port_bytes / self.bytes_per_cycle
+
+    @property
     def words_per_beat(self) -> int:
         return max(1, int(self.port_bytes // self.word_bytes))
 
@@ -165,41 +177,88 @@ class LayerCosts:
                          self._weights(np.minimum(self.TPk, self.P), w, grain),
                          np.maximum(1.0, self.bus.cycles(w, 1, grain)))
 
-    def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+    def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
+        return tile.first_weights + np.asarray(t) * groups * self.in_row / self.n_p
+
+    def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0) -> np.ndarray:
         """One row block of t rows, a column tile, `groups` sample groups side by side.
 
-        Steps pipeline over two buffer halves: the reads of step s+1 (F
-        cycles) overlap step s's t cycles of compute, and the fetch of step
-        s+2 waits for step s to leave the buffers, so a step takes
-        max(t, F + step_overhead, (F + step_overhead + dma_latency + t) / 2);
-        the writer drains the previous block on the write channel meanwhile.
+        The fetcher issues the reads of each step (F cycles: one command a cycle,
+        one beat a cycle) while the core computes the previous one, and runs up
+        to two steps ahead, so a step takes max(t, F, (F + dma_latency) / 2): a
+        step's data streams into the half the core releases as it starts the
+        next step. `extra`: fetcher cycles spent before the block (a new pass's
+        set-up). The writer drains the previous block on the write channel
+        meanwhile.
         """
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        fetch = tile.weights + t * groups * self.in_row + self.n_p * tm.step_overhead
+        fetch = (tile.weights + t * groups * self.in_row + self.n_p * tm.step_overhead + tm.block_overhead
+                 + np.asarray(extra))
         compute = self.n_p * t
-        balance = (fetch + self.n_p * (tm.dma_latency + t)) / 2
+        balance = (fetch + self.n_p * tm.dma_latency) / 2
         steps = np.maximum(np.maximum(compute, fetch), balance)
-        return np.maximum(steps, t * groups * tile.out_row) + 1
+        return np.maximum(steps, t * groups * tile.out_row)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
-        return (tile.first_weights + np.asarray(t) * groups * self.in_row / self.n_p
-                + self.timing.step_overhead + self.timing.dma_latency)
+        tm = self.timing
+        return self.first_step(t, tile, groups) + tm.dma_latency + tm.block_overhead
 
-    def drain(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
-        """After the last row: the pipeline empties and the last block is written out."""
+    def regroup(self, t_prev: ArrayLike, t_next: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """A pass with another group count waits for the core to empty (the input
+        banks are placed by the group count): the round trip of its first step
+        is not hidden behind compute, nor the previous pass's last step behind
+        the fetch."""
+        return self.timing.dma_latency + 1 + np.minimum(np.asarray(t_prev), self.first_step(t_next, tile, groups))
+
+    def drain(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, step: ArrayLike = 0.0) -> np.ndarray:
+        """After the last row: the pipeline empties and the last block is written out.
+        `step`: the last block's step time, of which only its t rows of compute follow
+        the last step's data (the model's body counts whole steps)."""
         fill = self.timing.fill_base + np.ceil(np.log2(self.TPk))
-        return fill + np.asarray(t) * groups * tile.out_row
+        t = np.asarray(t)
+        return fill + t * groups * tile.out_row - np.maximum(np.asarray(step) - t, 0)
+
+
+ROW_BITS = 24       # the control unit's wide divider (rows of a pass)
+
+
+def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, packed: ArrayLike,
+                npass: ArrayLike, same_last: ArrayLike, rows_full: ArrayLike, tre_full: ArrayLike,
+                rows_last: ArrayLike, tre_last: ArrayLike) -> np.ndarray:
+    """The control unit's per-layer planning (hw/sequencer.py), cycle for cycle.
+
+    BP and BR*R by repeated addition (BP + BR cycles), the passes by repeated
+    subtraction (npass), groups per pass and rows per group on a narrow
+    sequential divider (bits_for(max(TR, 2TC)) + 2 cycles a division), and the
+    balanced blocks of each pass kind on the 24-bit one (two divisions, only
+    when a pass needs more than one block).
+    """
+    narrow = np.floor(np.log2(np.maximum(np.asarray(TR), 2 * np.asarray(TC)))) + 3
+    wide = 2 * (ROW_BITS + 2)
+
+    def kind(rows, tre):
+        return narrow + np.where(np.asarray(rows) <= tre, 1, wide)
+
+    per = np.where(npass == 1, kind(rows_last, tre_last),
+                   kind(rows_full, tre_full) + np.where(same_last, 0, kind(rows_last, tre_last)))
+    return BP + BR + npass + np.where(packed, narrow, 1) + per
 
 
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
-                timing: EngineTiming) -> LayerCosts:
+                timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0) -> LayerCosts:
     """Step count and input-row read cost of a layer whose P = taps * cin.
 
     A weight step reads TPk consecutive values of each im2col row; they are
     one contiguous run unless the step crosses from one kernel tap to the
-    next (every cin values), which starts a new DMA command.
+    next (every cin values), which starts a new DMA command. Runs start at
+    multiples of gcd(TPk, cin) words (pixels are cin words apart), except in
+    a layer with one row and one tap per sample (an FC layer): its rows are
+    the samples' 64-byte aligned tensors, so runs start at multiples of TPk.
+    `inside`: the fraction of (row, tap) runs inside the input (`im2col_inside`);
+    a run in the padding is a zero-fill command, one response and no beat.
     """
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
@@ -208,8 +267,30 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     # of TPk, i.e. all but the multiples of TPk / gcd(TPk, cin)
     grain = _gcd(TPk, cin)
     crossings = (taps - 1) - (taps - 1) // (TPk // grain)
-    in_row = bus.cycles(P, n_p + crossings, grain)
+    runs = n_p + crossings
+    align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
+    inside = np.asarray(inside, dtype=float)
+    in_row = inside * bus.cycles(P, runs, align) + (1 - inside) * runs * bus.beat_cycles
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
+
+
+def layer_inside(layer) -> float:
+    """`im2col_inside` of a workload Layer (1.0 for FC and matmul layers)."""
+    if getattr(layer, "kind", "conv") != "conv":
+        return 1.0
+    return im2col_inside(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
+
+
+def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
+                  stride: tuple[int, int] = (1, 1), pads: tuple[int, ...] = (0, 0),
+                  dilation: tuple[int, int] = (1, 1)) -> float:
+    """Fraction of a convolution's (output pixel, kernel tap) pairs that read the input,
+    not the zero padding (pads: top, left[, bottom, right]); 1.0 without padding."""
+    def axis(n_in: int, n_out: int, k: int, s: int, p: int, d: int) -> int:
+        pos = np.arange(n_out)[:, None] * s - p + np.arange(k)[None, :] * d
+        return int(((pos >= 0) & (pos < n_in)).sum())
+    (ih, iw), (oh, ow), (kh, kw), (sh, sw), (dh, dw) = in_hw, out_hw, kernel, stride, dilation
+    return axis(ih, oh, kh, sh, pads[0], dh) * axis(iw, ow, kw, sw, pads[1], dw) / (oh * ow * kh * kw)
 
 
 def layer_cycles(
@@ -217,11 +298,13 @@ def layer_cycles(
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
     timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
+    inside: ArrayLike = 1.0,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
     `taps` = kh*kw of a convolution (P = taps * cin); `port_bytes` = bytes of
-    one AXI beat (default: one port carrying all of `bytes_per_cycle`).
+    one AXI beat (default: one port carrying all of `bytes_per_cycle`);
+    `inside` = `im2col_inside` of a padded convolution.
     Returns float cycles (np.inf where the mode does not exist on the design,
     e.g. k=1/2 with TP=1). Broadcasts over all array arguments.
     """
@@ -231,7 +314,7 @@ def layer_cycles(
     exists = (TRk >= 1) & (TPk >= 1) & (TCk >= 1)
     TRk, TPk, TCk = np.maximum(TRk, 1), np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C, G = (np.asarray(x, dtype=np.int64) for x in (R, P, C, G))
-    costs = layer_costs(TPk, P, C, taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing)
+    costs = layer_costs(TPk, P, C, taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing, R, inside)
 
     BP = -(-b // BR)
     n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
@@ -260,18 +343,34 @@ def layer_cycles(
         n, s, big = split(rows, tre)
         return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
 
-    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
-        return (npass - 1) * pass_cycles(rows_full, TRe, tile, g) + pass_cycles(rows_last, TRh, tile, h)
-
     full, last = costs.tile(w_full), costs.tile(w_last)
+    n_f, s_f, big_f = split(rows_full, TRe)
+    n_l, s_l, big_l = split(rows_last, TRh)
+    t0_f, t0_l = np.where(big_f > 0, s_f + 1, s_f), np.where(big_l > 0, s_l + 1, s_l)
+    regroups = (npass > 1) & (h != g)
+
+    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
+        # each pass: its fetcher set-up (a cycle, one per group) before its first block
+        full_pass = pass_cycles(rows_full, TRe, tile, g) + timing.pass_overhead + g
+        last_pass = pass_cycles(rows_last, TRh, tile, h) + timing.pass_overhead + h
+        # the last pass with fewer groups waits for the core to empty
+        return ((npass - 1) * full_pass + last_pass + 1
+                + np.where(regroups, costs.regroup(s_f, t0_l, tile, h), 0))
+
     body = (nct - 1) * column_tile_cycles(full) + column_tile_cycles(last)
+    # the next column tile's first pass regroups again
+    body = body + np.where(regroups, (nct - 1) * costs.regroup(s_l, t0_f, full, g), 0)
     first_rows, first_tre, first_groups = (np.where(npass == 1, rows_last, rows_full), np.where(npass == 1, TRh, TRe),
                                            np.where(npass == 1, h, g))
     n0, s0, big0 = split(first_rows, first_tre)
+    # the first pass's set-up is in the prologue
     prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), full, first_groups)
-    _, s_end, _ = split(rows_last, TRh)
-    drain = costs.drain(s_end, last, h)
-    cycles = G * (body + prologue + drain) + timing.layer_overhead
+    last_block = costs.block(s_l, last, h)
+    drain = costs.drain(s_l, last, h, last_block / costs.n_p)
+    plan = plan_cycles(TR, TC, b, BR, BP, packed, npass, (h == g) & (rows_last == rows_full),
+                       rows_full, TRe, rows_last, TRh)
+    desc = 3 * costs.bus.cycles(16, 1, 16)          # three 16-word descriptor reads
+    cycles = G * (body + prologue + drain + plan + desc) + timing.layer_overhead
     return np.where(exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles, layer_inside
 from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
@@ -106,6 +106,7 @@ class LayerShapes:
     G: np.ndarray
     is_fc: np.ndarray
     taps: np.ndarray          # kh*kw: where a weight step's im2col read splits into runs
+    inside: np.ndarray        # fraction of im2col runs outside the zero padding
 
     @classmethod
     def of(cls, layers: Sequence[Layer]) -> "LayerShapes":
@@ -113,7 +114,8 @@ class LayerShapes:
             return np.asarray(values, dtype=np.int64)[None, :]
         return cls(row([x.R for x in layers]), row([x.P for x in layers]), row([x.C for x in layers]),
                    row([x.groups for x in layers]), np.asarray([x.kind == "fc" for x in layers])[None, :],
-                   row([x.kernel[0] * x.kernel[1] if x.kind == "conv" else 1 for x in layers]))
+                   row([x.kernel[0] * x.kernel[1] if x.kind == "conv" else 1 for x in layers]),
+                   np.asarray([layer_inside(x) for x in layers], dtype=float)[None, :])
 
 
 def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
@@ -121,10 +123,10 @@ def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerS
     """Cycles of every (design, layer) under one choice; inf where it does not apply."""
     if ch.serial:
         cyc = b * layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, 1, 1, ch.k_code,
-                               bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes)
+                               bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes, shapes.inside)
     else:
         cyc = layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, b, ch.BR, ch.k_code,
-                           bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes)
+                           bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes, shapes.inside)
     if ch.fc_only is not None:
         cyc = np.where(shapes.is_fc == ch.fc_only, cyc, np.inf)
     return cyc

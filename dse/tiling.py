@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, layer_costs, mode_dims
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, ROW_BITS, Bus, EngineTiming, layer_costs, mode_dims
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class LayerSchedule:
     groups_per_pass: int
     rows_per_block: int
     blocks: tuple[Block, ...]
+    TR: int = 0                 # the engine, layer and batch it was planned for (the planning cost)
+    R: int = 0
+    TC: int = 0
+    b: int = 1
+    BR: int = 1
 
 
 def sample_groups(b: int, BR: int) -> list[tuple[int, ...]]:
@@ -90,22 +95,65 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
                 slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
                                for gi, samples in pass_groups if r0 < len(samples) * R)
                 blocks.append(Block(c0, c1, slices, len(pass_groups)))
-    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks))
+    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR)
+
+
+def planning_cycles(sched: LayerSchedule) -> int:
+    """The control unit's planning, walked the way hw/sequencer.py does it."""
+    narrow = max(sched.TR, 2 * sched.TC).bit_length() + 2      # one narrow division
+    wide = 2 * (ROW_BITS + 2)                                    # n and s on the 24-bit divider
+    bp = len(sample_groups(sched.b, sched.BR))
+    packed = max(b.c1 for b in sched.blocks) <= sched.TCk      # C <= TCk: groups per pass divided out
+    passes = []                      # (groups, rows) of each pass of the first column tile
+    for blk in sched.blocks:
+        if blk.c0 != sched.blocks[0].c0:
+            break
+        if blk.slices[0].row0 == 0:          # every pass starts at its groups' row 0
+            passes.append([None, 0, blk.pass_groups])
+        passes[-1][1] = max(passes[-1][1], max(sl.row1 for sl in blk.slices))
+    cycles = bp + sched.BR + len(passes) + (narrow if packed else 1)
+
+    def kind(rows: int, groups: int) -> int:
+        return narrow + (1 if rows <= sched.TRk // groups else wide)
+
+    first, last = passes[0], passes[-1]
+    if len(passes) == 1:
+        return cycles + kind(last[1], last[2])
+    cycles += kind(first[1], first[2])
+    if (last[2], last[1]) != (first[2], first[1]):
+        cycles += kind(last[1], last[2])
+    return cycles
 
 
 def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
-                    timing: EngineTiming = DEFAULT_TIMING, taps: int = 1, port_bytes: float | None = None) -> int:
+                    timing: EngineTiming = DEFAULT_TIMING, taps: int = 1, port_bytes: float | None = None,
+                    inside: float = 1.0) -> int:
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
-    costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes),
-                        timing)
+    costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
+                        Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing, sched.R, inside)
     total = 0.0
+    prev = None
     for blk in sched.blocks:
+        tile = costs.tile(blk.c1 - blk.c0)
+        new_tile = prev is None or blk.c0 != prev.c0
+        new_pass = blk.slices[0].row0 == 0                      # a pass starts at its groups' row 0
+        if new_tile:
+            total += 1                                          # the fetcher's tile set-up
+        if new_pass:
+            total += timing.pass_overhead + blk.pass_groups      # pass set-up, a cursor per group
+            if prev is not None and blk.pass_groups != prev.pass_groups:
+                # another group count: the core empties before the pass's first step
+                total += float(costs.regroup(prev.rows, blk.rows, tile, blk.pass_groups))
         # every group of the pass streams the block's rows (a short group's are padding)
-        total += float(costs.block(blk.rows, costs.tile(blk.c1 - blk.c0), blk.pass_groups))
+        total += float(costs.block(blk.rows, tile, blk.pass_groups))
+        prev = blk
     first, last = sched.blocks[0], sched.blocks[-1]
     total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0), first.pass_groups))
-    total += float(costs.drain(last.rows, costs.tile(last.c1 - last.c0), last.pass_groups))
+    last_tile = costs.tile(last.c1 - last.c0)
+    last_block = float(costs.block(last.rows, last_tile, last.pass_groups))
+    total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p)))
+    total += planning_cycles(sched) + 3 * float(costs.bus.cycles(16, 1, 16))
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, layer_cycles
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, im2col_inside, layer_cycles
 from fluidnpu.hw.regmap import NpuParams
 from fluidnpu.sim_tb.npu_cases import Case, make_case
 
@@ -30,8 +30,9 @@ def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
     out = []
     for lp, (br, k) in zip(case.layers, case.modes):
         g = lp.geometry
+        inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
         c = layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, case.b, br, k, data_width / 8, timing,
-                         taps=g.kh * g.kw)
+                         taps=g.kh * g.kw, inside=inside)
         out.append(int(c))
     return out
 
@@ -68,6 +69,55 @@ def agreement_cases(params: NpuParams, n: int, seed: int) -> list[Case]:
                       max_c=rng.choice([8, 16, 2 * params.TC + 3]),
                       in_shape=(rng.randint(2, 8), rng.randint(2, 8), rng.randint(1, 4 * params.TP + 5)))
             for _ in range(n)]
+
+
+# A compute-bound layer: 3x3 conv, 16 -> 16 channels on a 16x8 image (R = 128, P = 144, C = 16)
+# on an engine whose weight steps are long (TR = 128 rows) against their TPk weight rows.
+COMPUTE_BOUND_ENGINE = dict(TR=128, TP=4, TC=16, bmax=2, layers=1)
+COMPUTE_BOUND_WIDTHS = (64, 128, 256)
+
+
+def compute_bound_case(seed: int = 0) -> Case:
+    """One sample through the compute-bound layer (its model MAC share is >= 90 % at 256 bits)."""
+    from fluidnpu.host_driver.memory_plan import plan_subnet
+    from fluidnpu.hw.descriptor import LayerDescriptor
+    from fluidnpu.hw.reference import layer_reference
+    from fluidnpu.sim_tb.npu_cases import random_layer
+    import numpy as np
+
+    geo = LayerDescriptor(layer=0, in_h=16, in_w=8, cin=16, out_h=16, out_w=8, cout=16, kh=3, kw=3, ph=1, pw=1,
+                          shift=8)
+    rng = random.Random(seed)
+    lp = random_layer(rng, geo)
+    image = plan_subnet([lp], COMPUTE_BOUND_ENGINE["bmax"])
+    x = np.random.default_rng(seed).integers(-32768, 32768, size=(1, *image.tensors[0].shape),
+                                             dtype=np.int64).astype(np.int16)
+    image.write_input(x)
+    case = Case(layers=[lp], image=image, b=1, modes=[(1, 0)], x=x)
+    case.expected.append(layer_reference(x, geo, lp.weights, lp.bias))
+    return case
+
+
+def compute_bound_rows(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS) -> list[AgreementRow]:
+    """The compute-bound layer on <128, 4, 16> at each AXI width: MAC-active share and model."""
+    rows = []
+    for dw in widths:
+        params = NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=dw)
+        rows += agreement_rows(params, [compute_bound_case()])
+    return rows
+
+
+def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAULT_TIMING) -> float:
+    """The model's MAC-active share (row-cycles of compute / cycles) of a one-layer case."""
+    from fluidnpu.dse.perf_model import mode_dims
+    from fluidnpu.dse.tiling import layer_schedule
+
+    g = case.layers[0].geometry
+    br, k = case.modes[0]
+    sched = layer_schedule(params.TR, params.TP, params.TC, g.npix, g.P, g.cout, case.b, br, k)
+    n_p = -(-g.P // int(mode_dims(params.TR, params.TP, params.TC, k)[1]))
+    busy_rows = sum(blk.rows * n_p for blk in sched.blocks)
+    return busy_rows / sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing))
 
 
 def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = DEFAULT_TIMING) -> list[AgreementRow]:

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from fluidnpu.dse.perf_model import K_CODES
+from fluidnpu.dse.perf_model import K_CODES, layer_inside
 from fluidnpu.dse.resource_model import feasible_designs
 from fluidnpu.dse.search import DSEOptions, evaluate_design, explore
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
@@ -41,7 +41,8 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True, largest
                                 continue
                             taps = layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
                             cands.append(schedule_cycles(sched, layer.P, layer.groups, bus.bytes_per_cycle,
-                                                         taps=taps, port_bytes=bus.port_bytes))
+                                                         taps=taps, port_bytes=bus.port_bytes,
+                                                         inside=layer_inside(layer)))
                         total += min(cands)
                     score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
                 if score > best[0] * (1 + 1e-12):

@@ -97,14 +97,27 @@ def test_generated_verilog_with_cocotb(tmp_path, sim, cases):
 
 def test_hardware_counters_agree_with_the_performance_model():
     """CYC_BUSY against dse.perf_model on random small layers (docs/rtl-agreement.md has the full
-    table). The issue's target is 5 % on every case; today's bound on these is 15 %, mean 8 %."""
+    table). The issue's target is 5 % on every case; today's bound on these is 8 %, mean 3 %."""
     from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases, agreement_rows
 
     params = AGREEMENT_CONFIGS[0]
     rows = agreement_rows(params, agreement_cases(params, 6, seed=42))
     assert all(r.correct for r in rows)
     errors = [abs(r.error) for r in rows]
-    assert max(errors) <= 0.15, max(rows, key=lambda r: abs(r.error))
-    assert sum(errors) / len(errors) <= 0.08
+    assert max(errors) <= 0.08, max(rows, key=lambda r: abs(r.error))
+    assert sum(errors) / len(errors) <= 0.03
     # the counters are consistent with each other
     assert all(0 < r.mac_cycles + r.stall_cycles <= r.hw_cycles for r in rows)
+
+
+def test_compute_bound_layer_keeps_the_macs_busy():
+    """On a layer the model calls compute-bound (long weight steps: 128 rows against 4 weight
+    beats, 256-bit AXI), the MACs are active >= 90 % of the busy cycles, bit-exact."""
+    from fluidnpu.sim_tb.agreement import compute_bound_case, compute_bound_rows, model_mac_share
+
+    (row,) = compute_bound_rows(widths=(256,))
+    assert row.correct
+    params = NpuParams(TR=128, TP=4, TC=16, bmax=2, layers=1, axi_dw=256)
+    assert model_mac_share(params, compute_bound_case()) >= 0.9
+    assert row.mac_share >= 0.9, (row.mac_cycles, row.hw_cycles)
+    assert abs(row.error) <= 0.05
