@@ -77,7 +77,8 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 @click.option("--slo", type=float, required=True, help="latency SLO (ms)")
 @click.option("--samples", type=int, default=200, show_default=True, help="samples streamed (test split, cycled)")
 @click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
-@click.option("--bmax", type=int, default=None, help="largest batch (default: the design's)")
+@click.option("--bmax", type=int, default=None,
+              help="largest batch (default: the design's; without --design the default design is DSE'd at it, default 4)")
 @click.option("--seed", type=int, default=0, show_default=True, help="arrival-time seed")
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="per-subnet device timeout in s (default 2 for model, 600 for rtl)")
@@ -113,7 +114,8 @@ def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: f
         from fluidnpu import digits_ee as D
 
         bundle = D.default_design(bmax or 4)
-        source = f"default: DSE of {qnet.workload.name} on {D.small_board().name} ({D.SMALL_DSP} DSPs, Bmax {bundle.bmax})"
+        source = (f"default: DSE of {qnet.workload.name} on {D.small_board().name} ({D.SMALL_DSP} DSPs, "
+                  f"{D.SMALL_BRAM36} BRAM36, as docs/examples/zc706_16dsp.json), Bmax {bundle.bmax}")
     if bmax is not None and not 1 <= bmax <= bundle.bmax:
         raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
     idx = np.arange(samples) % len(xte)
