@@ -34,10 +34,21 @@ def _build_top(bundle: Any) -> Any:
     return build_npu(bundle)
 
 
+def _to_verilog(top: Any) -> str:
+    """The top as Verilog: hw/npu.py's fast-memory-init conversion (plain
+    `amaranth.back.verilog.convert` would write the same text, minutes slower at
+    full size), or plain convert for a stand-in top when hw/npu.py lacks it."""
+    try:
+        from fluidnpu.hw.npu import to_verilog
+    except ImportError:
+        from amaranth.back import verilog
+
+        return verilog.convert(top, name=INNER_MODULE, emit_src=False)
+    return to_verilog(top, INNER_MODULE, emit_src=False)
+
+
 def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     """Write every output for `bundle` into `outdir`; returns the summary `--json` prints."""
-    from amaranth.back import verilog
-
     from fluidnpu.hw.export import write_exports
     from fluidnpu.hw.regmap import NpuParams
     from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, top_ports, vivado_wrapper
@@ -55,7 +66,7 @@ def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     outdir.mkdir(parents=True, exist_ok=True)
     npu_v = outdir / f"{INNER_MODULE}.v"
     top_v = outdir / f"{WRAPPER_NAME}.v"
-    npu_v.write_text(verilog.convert(top, name=INNER_MODULE, emit_src=False))
+    npu_v.write_text(_to_verilog(top))
     top_v.write_text(vivado_wrapper(top, INNER_MODULE))
     exports = write_exports(outdir, params)
     TR, TP, TC = bundle.design
