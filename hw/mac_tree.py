@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth import Const, Module, Mux, Signal, Value, signed
-from amaranth.utils import bits_for
 
 
 def delay(m: Module, sig: Value, n: int, name: str) -> Value:
@@ -78,21 +77,20 @@ def _materialise(m: Module, values: list[Value], name: str) -> list[Signal]:
     return out
 
 
-def shift_words_up(m: Module, words: list[Value], amount: Value, name: str) -> list[Value]:
-    """out[c] = words[c - amount] (zero below), a logarithmic barrel shifter over
-    word slots (one signal per slot and level); only the bits of `amount` below
-    len(words) matter here, the caller masks larger amounts."""
+def shift_words_up(m: Module, words: list[Value], amount: Value, name: str, lsb: int = 0) -> list[Value]:
+    """out[c] = words[c - (amount << lsb)] (zero below), a logarithmic barrel
+    shifter over word slots (one signal per slot and level). Passing the shift's
+    known-zero low bits as `lsb` rather than in `amount` drops those levels.
+    Only shifts below len(words) matter here: the caller masks larger amounts."""
     n = len(words)
     cur = list(words)
-    for bit in range(bits_for(max(n - 1, 1))):
-        if bit >= len(amount):
-            break
-        step = 1 << bit
+    for bit in range(len(amount)):
+        step = 1 << (bit + lsb)
         if step >= n:
             break
         zero = Const(0, len(words[0]))
         cur = _materialise(m, [Mux(amount[bit], cur[c - step] if c >= step else zero, cur[c])
-                               for c in range(n)], f"{name}_b{bit}")
+                               for c in range(n)], f"{name}_b{bit + lsb}")
     return cur
 
 
@@ -111,6 +109,6 @@ def replicate_groups(m: Module, words: list[Value], period: Value, stages: int, 
     for s in range(stages):
         dist = Signal(len(period) + s, name=f"{name}_dist{s}")
         m.d.comb += dist.eq(period << s)
-        up = shift_words_up(m, cur, dist, f"{name}_s{s}")
+        up = shift_words_up(m, cur, period, f"{name}_s{s}", lsb=s)
         cur = _materialise(m, [Mux(dist <= c, up[c], cur[c]) for c in range(n)], f"{name}_r{s}")
     return cur
