@@ -147,6 +147,13 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
     args = list(build_args)
     if sim == "verilator":
         args = ["-Wno-fatal", *args]
+    if sim == "icarus":
+        # Yosys's Verilog initialises registers in their declarations and counts on that
+        # to run every `always @*` block once at time 0. Under -g2012 (cocotb's choice)
+        # Icarus 11 applies declaration initialisers without an event, so a combinational
+        # block whose inputs do not change early stays X (the NPU's read-command `zero`
+        # bit did, and no AR was ever issued). The later -g2005 wins and brings the event back.
+        args = ["-g2005", *args]
 
     old_path = os.environ.get("PATH", "")
     old_makeflags = os.environ.get("MAKEFLAGS")

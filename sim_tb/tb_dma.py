@@ -95,7 +95,9 @@ async def dma_against_cocotbext_axi_ram(dut):
     rd_rsp_l = read_rsp_layout(nmax, tag_width)
     wr_cmd_l = write_cmd_layout(32, nmax)
 
-    Clock(dut.clk, 10, unit="ns", impl="gpi").start()
+    # the first rising edge half a period in: Icarus settles the design (initial values,
+    # continuous assignments) at time 0, after a clock edge at 0 would have been sampled
+    Clock(dut.clk, 10, unit="ns", impl="gpi").start(start_high=False)
     dut.rst.value = 1
     dut.rd_cmd__valid.value = 0
     dut.wr_cmd__valid.value = 0

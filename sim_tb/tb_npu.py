@@ -35,7 +35,7 @@ def _pause(rng: random.Random, p: float):
 
 
 async def _setup(dut, cfg: dict, pause: float):
-    Clock(dut.clk, 10, unit="ns", impl="gpi").start()
+    Clock(dut.clk, 10, unit="ns", impl="gpi").start(start_high=False)
     dut.rst.value = 1
     # Let reset settle before the bus models sample anything (Icarus shows undriven
     # nets as Z in the first delta cycles).

@@ -332,12 +332,14 @@ def test_parameter_checks_and_geometry():
 # -- generated Verilog under Verilator, against cocotbext-axi ------------------
 
 
-def test_dma_verilog_against_cocotbext_axi_ram():
-    """`AxiDma` as Verilog: concurrent reads/writes, pauses on every AXI channel (sim_tb/tb_dma.py)."""
+@pytest.mark.parametrize("sim", ["verilator", "icarus"])
+def test_dma_verilog_against_cocotbext_axi_ram(sim):
+    """`AxiDma` as Verilog: concurrent reads/writes, pauses on every AXI channel (sim_tb/tb_dma.py).
+    Icarus is skipped where `iverilog` is not installed."""
     params = {"data_width": 64, "nmax": 16, "tag_width": 4, "max_outstanding": 8, "seed": 3}
     dut = AxiDma(data_width=params["data_width"], nmax=params["nmax"], tag_width=params["tag_width"],
                  max_outstanding=params["max_outstanding"])
-    run_cocotb(dut, "fluidnpu_dma", "fluidnpu.sim_tb.tb_dma",
+    run_cocotb(dut, "fluidnpu_dma", "fluidnpu.sim_tb.tb_dma", sim=sim,
                extra_env={"FLUIDNPU_DMA_PARAMS": json.dumps(params)})
 
 
