@@ -11,17 +11,17 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[digits,hw,sim]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@ $(VENV)/.installed-run
 
-## make run: set up, then the main job on the embedded default (ResNet-50 on ZC706)
+## make run: set up, then the whole flow on the embedded default: DSE (ResNet-50 on ZC706) -> RTL ->
+## RTL co-simulation check -> samples served by FluidB on the bit-accurate model -> summary
 run: $(VENV)/.installed-run
-	@mkdir -p $(BUILD)
-	$(BIN)/fluidnpu dse --model resnet50 --board zc706 --bmax 8 -o $(BUILD)/design.json
+	$(BIN)/fluidnpu flow --out $(BUILD)
 
 ## make test: set up with dev dependencies, then the whole suite
 test: $(VENV)/.installed-dev

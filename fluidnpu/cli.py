@@ -76,22 +76,14 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2)."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result
-    from fluidnpu.dse.search import DSEOptions, explore
+    from fluidnpu.dse.search import DSEOptions
 
     wl = load_model(model, tuple(x.strip() for x in exits.split(",")) if exits else (),
                     _csv_floats(exit_rates, "--exit-rates"))
     brd = load_board(board)
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock)
-    opts.validate(brd)
-    with Progress(TextColumn("[bold]DSE[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=as_json and not err.is_terminal) as prog:
-        task = prog.add_task(f"{wl.name} on {brd.name}", total=None)
-
-        def progress(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
-
-        result = explore(wl, brd, opts, progress=progress)
+    result = explore_with_progress(wl, brd, opts, quiet=as_json)
     bundle = bundle_from_result(result)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +103,21 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
         out.print(f"design bundle written to [bold]{output}[/]")
     if plot:
         out.print(f"plot written to [bold]{plot}[/]")
+
+
+def explore_with_progress(wl: Any, brd: Any, opts: Any, quiet: bool = False) -> Any:
+    """The exhaustive DSE with a progress bar on stderr (hidden when `quiet` and stderr is not a terminal)."""
+    from fluidnpu.dse.search import explore
+
+    opts.validate(brd)
+    with Progress(TextColumn("[bold]DSE[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True, disable=quiet and not err.is_terminal) as prog:
+        task = prog.add_task(f"{wl.name} on {brd.name}", total=None)
+
+        def progress(done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total)
+
+        return explore(wl, brd, opts, progress=progress)
 
 
 def design_summary(bundle) -> dict[str, Any]:
@@ -269,6 +276,7 @@ _COMMAND_MODULES = (
     "fluidnpu.hw.cli",
     "fluidnpu.scheduler_fw.gpu.cli",
     "fluidnpu.host_driver.cli",
+    "fluidnpu.flow",
 )
 
 

@@ -65,6 +65,68 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     return rep
 
 
+def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", policy: str = "fluidb",
+                 rate: float, slo_ms: float, samples: int = 200, tau: float = 0.8, bmax: Optional[int] = None,
+                 seed: int = 0, timeout_s: Optional[float] = None) -> dict[str, Any]:
+    """The report of `fluidnpu run` (also used by `fluidnpu flow`). `design`: a bundle path, a Bundle,
+    or None for the model's default small design."""
+    import numpy as np
+
+    from fluidnpu.quantize import check_tau
+    from fluidnpu.scheduler_fw.policy import check_positive
+    from fluidnpu.scheduler_fw.registry import policy_spec
+
+    policy = policy_spec(policy).name
+    check_positive(rate, "--rate (samples/s)")
+    check_positive(slo_ms, "--slo (ms)")
+    check_tau(tau)
+    if samples < 1:
+        raise FluidError(f"--samples must be >= 1, got {samples}")
+    if timeout_s is not None:
+        check_positive(timeout_s, "--timeout (s)")
+    if bmax is not None and not 1 <= bmax <= (64 if design else 16):
+        raise FluidError(f"--bmax must be in 1..{64 if design else 16}, got {bmax}")
+    _, qnet, xte, yte = _load_network(model)
+    if isinstance(design, str):
+        from fluidnpu.scheduler_fw.latency import load_design
+
+        bundle = load_design(design)
+        source = design
+        _check_design(bundle, qnet)
+    elif design is not None:
+        bundle = design
+        source = "given bundle"
+        _check_design(bundle, qnet)
+    else:
+        from fluidnpu import digits_ee as D
+
+        bundle = D.default_design(bmax or 4)
+        source = (f"default: DSE of {qnet.workload.name} on {D.small_board().name} ({D.SMALL_DSP} DSPs, "
+                  f"{D.SMALL_BRAM36} BRAM36, as docs/examples/zc706_16dsp.json), Bmax {bundle.bmax}")
+    if bmax is not None and not 1 <= bmax <= bundle.bmax:
+        raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
+    idx = np.arange(samples) % len(xte)
+    cfg = {"qnet": qnet, "bundle": bundle, "bmax": bmax or bundle.bmax, "tau": tau, "model": qnet.workload.name,
+           "device": device, "inputs": list(xte[idx]), "labels": yte[idx].tolist(), "policy": policy, "rate": rate,
+           "slo_s": slo_ms / 1e3, "seed": seed,
+           "timeout_s": timeout_s or (2.0 if device == "model" else 600.0),
+           "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
+           "calib_reps": 5 if device == "model" else 1}
+    if device == "model":
+        from fluidnpu.host_driver.driver import NpuDriver
+        from fluidnpu.host_driver.model_device import ModelDevice
+
+        with NpuDriver(ModelDevice(bundle), bundle) as drv:
+            rep = serve_on_driver(drv, cfg)
+    else:
+        from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
+
+        rep = run_with_rtl(bundle.data, serve_on_driver, cfg)
+    TR, TP, TC = bundle.design
+    return {"model": qnet.workload.name, "device": device, "design": {"TR": TR, "TP": TP, "TC": TC, "source": source}}\
+        | rep
+
+
 @click.command("run", short_help="Stream samples through a policy on a device (ModelDevice or RTL sim).")
 @click.option("--device", "device", type=click.Choice(["model", "rtl"]), default="model", show_default=True,
               help="model: bit-accurate numpy NPU; rtl: the generated Verilog under cocotb + Verilator")
@@ -86,58 +148,10 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: float, slo: float, samples: int,
             tau: float, bmax: Optional[int], seed: int, timeout_s: Optional[float], as_json: bool) -> None:
     """Serve SAMPLES test images at Poisson RATE with POLICY on a device, in wall-clock time."""
-    import numpy as np
-
     from fluidnpu.cli import _emit_json, out
-    from fluidnpu.quantize import check_tau
-    from fluidnpu.scheduler_fw.policy import check_positive
-    from fluidnpu.scheduler_fw.registry import policy_spec
 
-    policy = policy_spec(policy).name
-    check_positive(rate, "--rate (samples/s)")
-    check_positive(slo, "--slo (ms)")
-    check_tau(tau)
-    if samples < 1:
-        raise FluidError(f"--samples must be >= 1, got {samples}")
-    if timeout_s is not None:
-        check_positive(timeout_s, "--timeout (s)")
-    if bmax is not None and not 1 <= bmax <= (64 if design else 16):
-        raise FluidError(f"--bmax must be in 1..{64 if design else 16}, got {bmax}")
-    net, qnet, xte, yte = _load_network(model)
-    if design:
-        from fluidnpu.scheduler_fw.latency import load_design
-
-        bundle = load_design(design)
-        source = design
-        _check_design(bundle, qnet)
-    else:
-        from fluidnpu import digits_ee as D
-
-        bundle = D.default_design(bmax or 4)
-        source = (f"default: DSE of {qnet.workload.name} on {D.small_board().name} ({D.SMALL_DSP} DSPs, "
-                  f"{D.SMALL_BRAM36} BRAM36, as docs/examples/zc706_16dsp.json), Bmax {bundle.bmax}")
-    if bmax is not None and not 1 <= bmax <= bundle.bmax:
-        raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
-    idx = np.arange(samples) % len(xte)
-    cfg = {"qnet": qnet, "bundle": bundle, "bmax": bmax or bundle.bmax, "tau": tau, "model": qnet.workload.name,
-           "device": device, "inputs": list(xte[idx]), "labels": yte[idx].tolist(), "policy": policy, "rate": rate,
-           "slo_s": slo / 1e3, "seed": seed,
-           "timeout_s": timeout_s or (2.0 if device == "model" else 600.0),
-           "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1}
-    if device == "model":
-        from fluidnpu.host_driver.driver import NpuDriver
-        from fluidnpu.host_driver.model_device import ModelDevice
-
-        with NpuDriver(ModelDevice(bundle), bundle) as drv:
-            rep = serve_on_driver(drv, cfg)
-    else:
-        from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
-
-        rep = run_with_rtl(bundle.data, serve_on_driver, cfg)
-    TR, TP, TC = bundle.design
-    rep = {"model": qnet.workload.name, "device": device, "design": {"TR": TR, "TP": TP, "TC": TC, "source": source}}\
-        | rep
+    rep = serve_report(device=device, design=design, model=model, policy=policy, rate=rate, slo_ms=slo,
+                       samples=samples, tau=tau, bmax=bmax, seed=seed, timeout_s=timeout_s)
     if as_json:
         _emit_json(rep)
         return

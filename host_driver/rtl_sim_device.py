@@ -22,9 +22,11 @@ exception comes back the same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -138,6 +140,21 @@ class RtlSimDevice(Device):
                                time.monotonic() + self.wall_limit_s)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send the simulator's own output (a subprocess writing to fd 1) to stderr while it runs:
+    a command's stdout carries its results (`--json`), nothing else."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _build_dir(params: NpuParams, sim: str) -> Path:
     from fluidnpu.sim_tb.runner import DEFAULT_BUILD_ROOT
     tag = f"{params.TR}x{params.TP}x{params.TC}_b{params.bmax}_l{params.layers}_dw{params.axi_dw}"
@@ -165,7 +182,7 @@ def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool =
     payload = {"bundle": bundle if isinstance(bundle, NpuParams) else dict(_data(bundle)), "fn": fn,
                "args": args, "kwargs": kwargs, "driver": driver, "pause": pause, "seed": seed,
                "mem_bytes": mem_bytes}
-    with tempfile.TemporaryDirectory(prefix="fluidnpu_rtl_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fluidnpu_rtl_") as tmp, _stdout_to_stderr():
         job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         job.write_bytes(pickle.dumps(payload))
         try:

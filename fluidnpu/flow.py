@@ -1,0 +1,204 @@
+"""`fluidnpu flow`: the whole toolkit on the embedded default, one step after another (what `make run` runs).
+
+1. DSE — the paper's setting: a 4-exit ResNet-50 on a ZC706, Bmax 8, fluid batching with Stackable PEs.
+2. DSE — a network we can run end to end here: digits-ee (a 3-exit CNN trained on scikit-learn's digits),
+   on a 16-DSP ZC706 cut-down board so that its RTL simulates in minutes.
+3. RTL — that design as Verilog, a Vivado top wrapper and the register map (`fluidnpu rtl`).
+4. Co-simulation — a few test images through the generated Verilog (cocotb + Verilator) and through the
+   bit-accurate ModelDevice, by the same host driver: the exit logits must be bit-identical.
+5. Serving — FluidB streams the test images at a Poisson rate through the NPU (ModelDevice, wall clock):
+   latency, SLO violations, exit rates, accuracy, samples sent and answered.
+
+Each step reads what the one before wrote (the design bundles), never re-deriving it. The summary at the
+end says what happened in words a newcomer can follow, and where to go next.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import click
+
+from fluidnpu.errors import FluidError
+
+
+def _step(out: Any, n: int, title: str) -> None:
+    out.rule(f"[bold]{n}. {title}")
+
+
+def main_design(outdir: Path, quiet: bool) -> dict[str, Any]:
+    """Step 1: the paper's setting through the DSE; writes outdir/design.json."""
+    from fluidnpu.boards import load_board
+    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.cli import design_summary, explore_with_progress, load_model
+    from fluidnpu.dse.search import DSEOptions
+
+    result = explore_with_progress(load_model("resnet50"), load_board("zc706"), DSEOptions(bmax=8), quiet=quiet)
+    bundle = bundle_from_result(result)
+    path = outdir / "design.json"
+    bundle.save(path)
+    return {"bundle": bundle, "path": str(path), "summary": design_summary(bundle)}
+
+
+def digits_design(outdir: Path, bmax: int) -> dict[str, Any]:
+    """Step 2: digits-ee on the small board; writes outdir/digits/design.json."""
+    from fluidnpu import digits_ee as D
+
+    t0 = time.perf_counter()
+    bundle = D.default_design(bmax)
+    path = outdir / "digits" / "design.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    bundle.save(path)
+    return {"bundle": bundle, "path": str(path), "seconds": time.perf_counter() - t0,
+            "board": D.small_board().name, "dsp": D.SMALL_DSP}
+
+
+def rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
+    """Step 3: `fluidnpu rtl` of the digits design into outdir/digits/rtl."""
+    from fluidnpu.hw.cli import generate_rtl
+
+    t0 = time.perf_counter()
+    summary = generate_rtl(bundle, outdir / "digits" / "rtl")
+    return {"summary": summary, "dir": str(outdir / "digits" / "rtl"), "seconds": time.perf_counter() - t0}
+
+
+def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
+    """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits."""
+    import numpy as np
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
+    from fluidnpu.host_driver.runtime import infer_on_driver
+    from fluidnpu.quantize import quantize
+
+    xtr, _, xte, yte = D.load_dataset()
+    qnet = quantize(D.load_float_network(), xtr)
+    x = xte[:images]
+    t0 = time.perf_counter()
+    hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax)
+    rtl_s = time.perf_counter() - t0
+    with NpuDriver(ModelDevice(bundle), bundle) as drv:
+        model = infer_on_driver(drv, qnet, x, tau, bundle.bmax)
+    identical = (hw["exit"] == model["exit"] and hw["pred"] == model["pred"]
+                 and bool(np.array_equal(hw["logits"], model["logits"])))
+    return {"images": images, "tau": tau, "bit_identical": identical, "exits": hw["exit"],
+            "correct": int(sum(p == y for p, y in zip(hw["pred"], yte[:images].tolist()))),
+            "rtl_cycles": hw["device_cycles"], "model_cycles": model["device_cycles"], "seconds": rtl_s}
+
+
+def serve(bundle: Any, rate: float, slo_ms: float, samples: int) -> dict[str, Any]:
+    """Step 5: FluidB on ModelDevice in wall-clock time (the `fluidnpu run` report)."""
+    from fluidnpu.host_driver.cli import serve_report
+
+    return serve_report(device="model", design=bundle, policy="fluidb", rate=rate, slo_ms=slo_ms, samples=samples)
+
+
+def _timed(out: Any, n: int, title: str, fn: Callable[[], dict[str, Any]], quiet: bool) -> dict[str, Any]:
+    if not quiet:
+        _step(out, n, title)
+    t0 = time.perf_counter()
+    res = fn()
+    res.setdefault("seconds", time.perf_counter() - t0)
+    return res
+
+
+@click.command("flow", short_help="The whole flow on the embedded default (what `make run` runs).")
+@click.option("--out", "outdir", type=click.Path(file_okay=False), default="build", show_default=True,
+              help="where the design bundles and the RTL go")
+@click.option("--rate", type=float, default=150.0, show_default=True, help="serving: Poisson rate (samples/s)")
+@click.option("--slo", type=float, default=50.0, show_default=True, help="serving: latency SLO (ms)")
+@click.option("--samples", type=int, default=450, show_default=True, help="serving: samples streamed")
+@click.option("--cosim-images", type=int, default=8, show_default=True,
+              help="images in the RTL co-simulation check (0 skips it)")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def flow_cmd(outdir: str, rate: float, slo: float, samples: int, cosim_images: int, as_json: bool) -> None:
+    """DSE -> RTL -> RTL co-simulation check -> samples served by FluidB -> a summary."""
+    from fluidnpu.cli import _emit_json, err, out
+
+    if cosim_images < 0:
+        raise FluidError(f"--cosim-images must be >= 0, got {cosim_images}")
+    console = err if as_json else out
+    quiet = as_json
+    base = Path(outdir)
+    base.mkdir(parents=True, exist_ok=True)
+    main = _timed(console, 1, "DSE: ResNet-50 (4 exits) on ZC706, Bmax 8", lambda: main_design(base, quiet), quiet)
+    dig = _timed(console, 2, "DSE: digits-ee on a 16-DSP ZC706 (small enough to simulate)",
+                 lambda: digits_design(base, 4), quiet)
+    gen = _timed(console, 3, "RTL: Verilog, Vivado wrapper, register map", lambda: rtl(dig["bundle"], base), quiet)
+    co: Optional[dict[str, Any]] = None
+    if cosim_images:
+        co = _timed(console, 4, f"co-simulation: {cosim_images} images through the Verilog and ModelDevice "
+                    "(Verilator build: a few minutes the first time)",
+                    lambda: cosim(dig["bundle"], cosim_images, 0.9999), quiet)
+        if not co["bit_identical"]:
+            raise FluidError("the RTL and ModelDevice disagree on the co-simulation images: "
+                             f"RTL exits {co['exits']}; rerun `pytest tests/test_digits_ee.py` for details")
+    srv = _timed(console, 5, f"serving: FluidB, {samples} images at {rate:g}/s, SLO {slo:g} ms, on ModelDevice",
+                 lambda: serve(dig["bundle"], rate, slo, samples), quiet)
+    report = _report(main, dig, gen, co, srv)
+    if as_json:
+        _emit_json(report)
+        return
+    _print(out, report)
+
+
+def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> dict[str, Any]:
+    s = main["summary"]
+    TR, TP, TC = dig["bundle"].design
+    return {
+        "main_design": {"path": main["path"], "design": s["design"], "gops_b1": s["gops"][0],
+                        "gops_bmax": s["gops"][-1], "peak_gops": s["peak_gops"], "dsp": s["resources"]["dsp"],
+                        "dsp_util": s["utilisation"].get("dsp"), "seconds": main["seconds"]},
+        "digits_design": {"path": dig["path"], "board": dig["board"], "design": {"TR": TR, "TP": TP, "TC": TC},
+                          "bmax": dig["bundle"].bmax, "seconds": dig["seconds"]},
+        "rtl": {"dir": gen["dir"], "seconds": gen["seconds"], "files": gen["summary"]["files"],
+                "design_hash": gen["summary"]["design_hash"]},
+        "cosim": co,
+        "serving": {k: srv[k] for k in ("policy", "rate", "slo_ms", "sent", "answered", "rejected", "latency_ms",
+                                       "slo_violations", "slo_violation_rate", "exit_rates", "accuracy",
+                                       "throughput") if k in srv},
+    }
+
+
+def _print(out: Any, r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    m, d, g, c, s = r["main_design"], r["digits_design"], r["rtl"], r["cosim"], r["serving"]
+    t = Table(title="fluidnpu flow: what just happened", show_lines=True)
+    t.add_column("step")
+    t.add_column("result")
+    t.add_column("written to")
+    md, dd = m["design"], d["design"]
+    t.add_row("1. DSE, ResNet-50 on ZC706",
+              f"best NPU <TR, TP, TC> = <{md['TR']}, {md['TP']}, {md['TC']}> using {m['dsp']} DSPs "
+              f"({100 * (m['dsp_util'] or 0):.1f} %): {m['gops_b1']:.0f} GOp/s at batch 1, {m['gops_bmax']:.0f} at "
+              f"batch 8, of {m['peak_gops']:.0f} peak", m["path"])
+    t.add_row("2. DSE, digits-ee on a 16-DSP board",
+              f"<{dd['TR']}, {dd['TP']}, {dd['TC']}>, Bmax {d['bmax']}: small enough to simulate cycle by cycle",
+              d["path"])
+    t.add_row("3. RTL generation", f"Verilog + Vivado wrapper + register map in {g['seconds']:.1f} s", g["dir"])
+    if c is None:
+        t.add_row("4. co-simulation", "skipped (--cosim-images 0)", "")
+    else:
+        t.add_row("4. co-simulation",
+                  f"{c['images']} images through the Verilog and the bit-accurate model: "
+                  f"{'[green]bit-identical[/]' if c['bit_identical'] else '[red]DIFFERENT[/]'} exit logits; "
+                  f"{c['correct']}/{c['images']} correct; {c['rtl_cycles']:,} NPU cycles "
+                  f"(model: {c['model_cycles']:,})", "")
+    lat = s.get("latency_ms", {})
+    t.add_row("5. serving with FluidB",
+              f"{s['answered']}/{s['sent']} answered; latency mean {lat.get('mean', float('nan')):.1f} ms, "
+              f"p99 {lat.get('p99', float('nan')):.1f} ms; {100 * s['slo_violation_rate']:.1f} % over the "
+              f"{s['slo_ms']:g} ms SLO; exits " + "/".join(f"{100 * e:.0f}" for e in s["exit_rates"])
+              + f" %; accuracy {100 * (s.get('accuracy') or 0):.1f} %", "")
+    out.print(t)
+    out.print("Next: `fluidnpu show build/design.json --layers` (the FBCB per layer), "
+              "`fluidnpu simulate -m resnet50 -b zc706 -p fluidb --rate 15 --slo 400` (the paper's scheduler "
+              "against its baselines), `fluidnpu run --help` (serve on the RTL), docs/deploy.md (a real board).")
+
+
+commands = [flow_cmd]

@@ -1,0 +1,35 @@
+"""`fluidnpu flow` (what `make run` runs): every step runs, each reads the bundle the one before wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fluidnpu.bundle import load_bundle
+from fluidnpu.cli import main
+
+
+def test_flow_runs_every_step(tmp_path, capsys):
+    main(["flow", "--out", str(tmp_path), "--samples", "40", "--rate", "200", "--cosim-images", "2", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    main_bundle = load_bundle(tmp_path / "design.json")
+    assert main_bundle.workload.name.lower().startswith("resnet") and main_bundle.bmax == 8
+    assert rep["main_design"]["design"] == dict(zip(("TR", "TP", "TC"), main_bundle.design))
+    digits = load_bundle(tmp_path / "digits" / "design.json")
+    assert rep["digits_design"]["design"] == dict(zip(("TR", "TP", "TC"), digits.design))
+    rtl_files = rep["rtl"]["files"]
+    verilog = (tmp_path / "digits" / "rtl" / "fluidnpu_npu.v").read_text()
+    assert str(tmp_path / "digits" / "rtl" / "fluidnpu_npu.v") in rtl_files.values() and "module" in verilog
+    assert rep["cosim"]["bit_identical"] is True and rep["cosim"]["images"] == 2
+    assert rep["cosim"]["rtl_cycles"] > 0
+    srv = rep["serving"]
+    assert srv["sent"] == srv["answered"] == 40 and srv["policy"] == "fluidb"
+    assert abs(sum(srv["exit_rates"]) - 1.0) < 1e-9 and srv["accuracy"] > 0.9
+
+
+def test_flow_refuses_negative_cosim(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["flow", "--cosim-images", "-1"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
