@@ -209,6 +209,11 @@ def test_short_poisson_load_answers_every_query(workload, policy, tmp_path):
     assert s["sent"] == len(arrivals) == s["answered"] and s["failed"] == 0 and s["unanswered"] == 0
     assert s["mean_latency_ms"] > 0 and s["p99_latency_ms"] >= s["mean_latency_ms"] * 0.5
     assert len(eng.results) == s["sent"]
+    for k, payload in enumerate(payloads):        # any policy: each output is the query run alone
+        ref, ex = bench.spec.reference(payload, bench.device)
+        r = eng.results[k]
+        assert r.exit == ex
+        torch.testing.assert_close(r.output, ref, rtol=1e-4, atol=1e-5)
     if policy == "dp":
         assert (tmp_path / "cost.json").exists()   # the warm-up profile is saved for the next start
 

@@ -8,9 +8,10 @@
   carried in the state tuple (operator diversity: wide early layers, narrow late ones).
 * ``eecnn`` — a small early-exit network with two exit heads (exit-aware split).
 
-Each builder takes ``size="tiny"`` (CPU tests: a few thousand parameters) or
-``size="full"`` (the GPU benchmarks: BERT-base 768/12/12/3072, a ResNet-34-like
-CNN at 224x224, a 4-level UNet at 256x256) plus constructor overrides.
+Each builder takes ``size="tiny"`` (CPU tests: a few thousand parameters),
+``size="small"`` (CPU benchmarks: compute rather than Python overhead
+dominates) or ``size="full"`` (the GPU benchmarks: BERT-base 768/12/12/3072, a
+ResNet-34-like CNN at 224x224, a 4-level UNet at 256x256) plus overrides.
 """
 
 from __future__ import annotations
@@ -128,8 +129,9 @@ def _bert_modules(vocab: int, hidden: int, layers: int, heads: int, ffn: int, ma
 
 def bert_workload(size: str = "tiny", lengths: str = "rte", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
-    cfg = dict(vocab=30522, hidden=768, layers=12, heads=12, ffn=3072, max_len=512, classes=2) if size == "full" \
-        else dict(vocab=128, hidden=32, layers=4, heads=2, ffn=64, max_len=64, classes=2)
+    cfg = {"full": dict(vocab=30522, hidden=768, layers=12, heads=12, ffn=3072, max_len=512, classes=2),
+           "small": dict(vocab=8192, hidden=256, layers=4, heads=4, ffn=1024, max_len=256, classes=2),
+           "tiny": dict(vocab=128, hidden=32, layers=4, heads=2, ffn=64, max_len=64, classes=2)}[size]
     cfg.update(kw)
     torch.manual_seed(seed)
     mods = _bert_modules(**cfg)
@@ -170,8 +172,9 @@ def _image_collate(torch):
 def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
     nn = torch.nn
-    cfg = dict(image=224, widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), classes=1000) if size == "full" \
-        else dict(image=16, widths=(4, 8), blocks=(1, 2), classes=5)
+    cfg = {"full": dict(image=224, widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), classes=1000),
+           "small": dict(image=32, widths=(16, 32, 64), blocks=(2, 2, 2), classes=10),
+           "tiny": dict(image=16, widths=(4, 8), blocks=(1, 2), classes=5)}[size]
     cfg.update(kw)
     torch.manual_seed(seed)
 
@@ -216,8 +219,9 @@ def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
 def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
     nn = torch.nn
-    cfg = dict(image=256, widths=(32, 64, 128, 256, 512), classes=2) if size == "full" \
-        else dict(image=16, widths=(4, 8, 16), classes=2)
+    cfg = {"full": dict(image=256, widths=(32, 64, 128, 256, 512), classes=2),
+           "small": dict(image=64, widths=(8, 16, 32, 64), classes=2),
+           "tiny": dict(image=16, widths=(4, 8, 16), classes=2)}[size]
     cfg.update(kw)
     torch.manual_seed(seed)
 
@@ -282,7 +286,7 @@ def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
 def eecnn_workload(size: str = "tiny", seed: int = 0, threshold: float = 0.6, **kw) -> ModelSpec:
     torch = require_torch()
     nn = torch.nn
-    dim = 512 if size == "full" else 16
+    dim = {"full": 512, "small": 64, "tiny": 16}[size]
     depth = 8 if size == "full" else 6
     classes = 4
     torch.manual_seed(seed)
@@ -316,6 +320,6 @@ WORKLOADS = {"bert": bert_workload, "cnn": cnn_workload, "unet": unet_workload, 
 def build_workload(name: str, size: str = "tiny", **kw) -> ModelSpec:
     if name not in WORKLOADS:
         raise FluidError(f"unknown workload {name!r}: {', '.join(WORKLOADS)}")
-    if size not in ("tiny", "full"):
-        raise FluidError(f"workload size must be tiny or full, got {size!r}")
+    if size not in ("tiny", "small", "full"):
+        raise FluidError(f"workload size must be tiny, small or full, got {size!r}")
     return WORKLOADS[name](size=size, **kw)

@@ -25,7 +25,7 @@ def gpu() -> None:
               help="low|medium|high (1/4, 3/5, 9/10 of the profiled peak) or a rate in queries/s")
 @click.option("--device", default="cuda", show_default=True, help="cuda or cpu")
 @click.option("--duration", type=float, default=10.0, show_default=True, help="seconds of arrivals")
-@click.option("--size", type=click.Choice(["tiny", "full"]), default=None,
+@click.option("--size", type=click.Choice(["tiny", "small", "full"]), default=None,
               help="model size (default: full on cuda, tiny on cpu)")
 @click.option("--lengths", default=None, help="bert length distribution: rte, sst2, mrpc, uniform-2-100, uniform-5-500")
 @click.option("--bsmax", type=int, default=64, show_default=True, help="largest batch")

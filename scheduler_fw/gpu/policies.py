@@ -155,7 +155,7 @@ class DVABatch(GPUPolicy):
         if self.stretch_enabled:
             row = engine.table.latest()
             if row is not None and engine.can_stretch(row) and now - row.time < self.comp_wait_s:
-                front = min(row.pos.values()) if row.pos else engine.n_stages
+                front = max(row.pos.values()) if row.pos else engine.n_stages   # furthest rows
                 if front < engine.n_stages - 1:
                     b = self.buckets.get(row.id, 0)
                     room = self.bsmax - row.bs
