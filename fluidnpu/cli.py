@@ -274,6 +274,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
 _COMMAND_MODULES = (
     "fluidnpu.scheduler_fw.cli",
     "fluidnpu.hw.cli",
+    "fluidnpu.hls_gen.cli",
     "fluidnpu.scheduler_fw.gpu.cli",
     "fluidnpu.host_driver.cli",
     "fluidnpu.flow",
