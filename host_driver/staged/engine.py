@@ -159,6 +159,8 @@ class StageExecutor:
                         src = p.slot.data if p.slot is not None else p.data
                         self.stream.keep_alive([t for t in src if hasattr(t, "record_stream")])
                 x = eng.spec.ops.merge([p.state(eng.spec.ops) for p in item.parts])
+                if eng.spec.length is not None and hasattr(eng.spec.ops, "trim"):
+                    x = eng.spec.ops.trim(x, max(eng.spec.length(q.payload) for q in item.queries))
                 if eng.fail_stage is not None and eng.fail_stage(self.index, item):
                     raise RuntimeError(f"injected failure in stage {self.index}")
                 c0 = _cpu()

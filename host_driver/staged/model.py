@@ -59,23 +59,21 @@ class SeqStateOps(StateOps):
     """States whose tensors may carry a padded sequence on dim 1, with a boolean
     key-padding mask (True = real token) at position `mask_index`.
 
-    merge pads every tensor's dim 1 to the longest (zeros; mask False), take
-    trims dim 1 to the longest real sequence among the taken rows. Exact for a
+    merge pads every tensor's dim 1 to the longest (zeros; mask False); the
+    engine trims dim 1 to the longest query of each batch it runs (so a batch
+    split off by length drops the others' padding). Exact for a
     model whose padded positions are masked out of attention and whose other
     operations are position-wise (as in BERT)."""
 
     def __init__(self, mask_index: int = 1) -> None:
         self.mask_index = mask_index
 
-    def take(self, state: State, lo: int, hi: int) -> State:
-        mask = state[self.mask_index][lo:hi]
-        n = int(mask.sum(1).max().item()) if mask.numel() else 0
-        n = max(n, 1)
-        return tuple(t[lo:hi, :n] if t.dim() >= 2 else t[lo:hi] for t in state)
-
-    def select(self, state: State, idx) -> State:
-        s = tuple(t.index_select(0, idx) for t in state)
-        return self.take(s, 0, int(idx.numel()))
+    def trim(self, state: State, n: int) -> State:
+        """Drop padding beyond position n (the longest query in the batch, known on the host,
+        so no device-to-host read is needed)."""
+        if int(state[self.mask_index].shape[1]) <= n:
+            return state
+        return tuple(t[:, :n] if t.dim() >= 2 else t for t in state)
 
     def merge(self, states: Sequence[State]) -> State:
         if len(states) == 1:

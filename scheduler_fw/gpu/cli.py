@@ -37,7 +37,7 @@ def gpu() -> None:
 @click.option("--cost-table", type=click.Path(dir_okay=False), default=None,
               help="dp: load the cached-cost table from here, or warm up and save it here")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=int, default=None, help="torch CPU threads")
+@click.option("--threads", type=int, default=None, help="torch CPU threads (default 1 with --device cpu)")
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
 def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, stages, window_ms, trigger, slo_ms,
               cost_table, seed, threads, as_json) -> None:
@@ -46,8 +46,8 @@ def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, st
     from fluidnpu.host_driver.staged.torchutil import device_name, require_torch
 
     torch = require_torch()
-    if threads:
-        torch.set_num_threads(int(threads))
+    if threads or device.strip().lower() == "cpu":   # CPU: one intra-op thread unless told otherwise
+        torch.set_num_threads(int(threads or 1))
     if not duration > 0:
         raise FluidError(f"--duration must be > 0, got {duration}")
     if bsmax < 1:

@@ -90,8 +90,10 @@ def make_policy(bench: Bench, policy: str, bsmax: int = 64, stages: int | None =
     if policy not in POLICIES and policy not in ("dva-split", "dva-exit"):
         raise FluidError(f"unknown policy {policy!r}: {', '.join(POLICIES)}")
     if policy in ("dva", "dva-split", "dva-exit"):
-        n = stages or DEFAULT_STAGES.get(bench.name, 2)
-        n = min(n, len(bench.spec.modules))
+        n = stages or min(DEFAULT_STAGES.get(bench.name, 2), len(bench.spec.modules))
+        if n > len(bench.spec.modules):
+            raise FluidError(f"cannot slice {bench.spec.name}'s {len(bench.spec.modules)} modules into {n} stages: "
+                             "more stages than modules")
         prof = bench.profile(n)
         if policy == "dva-split":
             return DVABatch(prof, bsmax, n, input_div=False, stretch=False), prof
