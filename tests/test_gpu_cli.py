@@ -74,3 +74,6 @@ def test_bench_errors_exit_2():
     assert r.returncode == 2 and "--load" in r.stderr
     r = _run("gpu", "bench", "-w", "cnn", "-p", "dp", "--device", "cpu", "--duration", "0.1")
     assert r.returncode == 2 and "variable-length" in r.stderr
+    r = _run("gpu", "bench", "-w", "eecnn", "-p", "dva", "--device", "cpu", "--stages", "99", "--duration", "0.1",
+             "--bsmax", "4")
+    assert r.returncode == 2 and "more stages than modules" in r.stderr
