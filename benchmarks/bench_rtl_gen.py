@@ -60,7 +60,7 @@ SWEEP = [
 FULL = [
     Config("zc706", _p(3072, 7, 128, axi_dw=64)),
     Config("zcu104", _p(2048, 13, 132, axi_dw=128)),
-    Config("inception-zcu104", _p(4096, 18, 96, axi_dw=128)),
+    Config("inception-zcu104", _p(4096, 18, 96, layers=104, axi_dw=128)),
 ]
 
 

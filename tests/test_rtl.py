@@ -230,3 +230,57 @@ def test_stand_in_top_reads_desc_base_per_start(tmp_path):
     sim.add_testbench(bench)
     sim.run()
     assert seen == [0x1000]
+
+
+def test_to_verilog_writes_what_plain_convert_writes():
+    """`fluidnpu rtl`'s conversion (memory init row by row) is byte-identical to
+    amaranth's own, initial contents included: signed, negative, zero and wide rows."""
+    from amaranth import signed
+    from amaranth.lib.memory import Memory
+
+    from fluidnpu.hw.npu import to_verilog
+
+    class Mems(wiring.Component):
+        def __init__(self) -> None:
+            super().__init__({"a": wiring.In(3), "d": Out(5), "w": Out(70)})
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.s = s = Memory(shape=signed(5), depth=6, init=[-1, 3, -16, 15, 0, 7])
+            m.submodules.z = z = Memory(shape=70, depth=5, init=[0, 1 << 69, 0, 12345, 0])
+            rs, rz = s.read_port(), z.read_port()
+            m.d.comb += [rs.addr.eq(self.a), rz.addr.eq(self.a), self.d.eq(rs.data), self.w.eq(rz.data)]
+            return m
+
+    plain = verilog.convert(Mems(), name="mems", emit_src=False)
+    assert "initial begin" in plain
+    assert to_verilog(Mems(), "mems", emit_src=False) == plain
+
+
+def test_mid_size_npu_generates_quickly_and_lints(tmp_path):
+    """<1024, 7, 16> with Bmax 8 (a deep buffer, all three modes, 8 banks): before the
+    netlist fixes (hw/mac_tree.py, hw/npu.py to_verilog) this took ~53 s on an idle
+    machine and the full-size picks never finished; now ~10 CPU-s (bound: 30). CPU time, not wall
+    time, is bounded, so a loaded machine does not fail the test. Bigger sizes and the
+    full-size picks: benchmarks/bench_rtl_gen.py."""
+    import resource
+
+    from fluidnpu.hw.npu import Npu, to_verilog
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    params = NpuParams(TR=1024, TP=7, TC=16, bmax=8, layers=63, axi_dw=64)
+    c0 = cpu()
+    top = Npu(params)
+    (tmp_path / "fluidnpu_npu.v").write_text(to_verilog(top, "fluidnpu_npu", emit_src=False))
+    (tmp_path / "fluidnpu_top.v").write_text(vivado_wrapper(top, "fluidnpu_npu"))
+    spent = cpu() - c0
+    assert spent < 30, f"generation took {spent:.0f} CPU-s"  # the old netlist: ~53 s
+    if not VERILATOR:
+        pytest.skip("verilator is not installed")
+    proc = subprocess.run([VERILATOR, "--lint-only", "-Wno-fatal", "--top-module", "fluidnpu_top",
+                           "fluidnpu_top.v", "fluidnpu_npu.v"], capture_output=True, text=True, timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and "%Error" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
