@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test bench eval docs-figures clean
+.PHONY: run test bench bench-gpu eval docs-figures clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -27,11 +27,17 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n 2
 
-## make bench: DSE, scheduler and RTL-simulation speed benchmarks
+## make bench: DSE, scheduler, RTL-simulation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_dse.py
 	$(BIN)/python benchmarks/bench_scheduler.py
 	$(BIN)/python benchmarks/bench_rtl_sim.py
+	$(BIN)/python benchmarks/bench_host_driver.py
+	$(BIN)/python benchmarks/bench_runtime.py
+
+## make bench-gpu: the GPU backend's benchmarks (DVABatch, TurboTransformers' DP) into docs/figures/gpu; needs a GPU for the real figures
+bench-gpu: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/bench_gpu.py
 
 ## make eval: the scheduler's reproductions of the paper's Figs. 4-7 and Table I
 eval: $(VENV)/.installed-dev
