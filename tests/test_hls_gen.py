@@ -637,3 +637,36 @@ def test_command_is_registered():
 
     result = CliRunner().invoke(cli, ["vivado", "--help"])
     assert result.exit_code == 0 and "DESIGN.json" in result.output
+
+
+@pytest.mark.parametrize("base, family, part, hp_width, clock", [
+    ("zcu104", "zynqmp", "xczu9eg-ffvb1156-2-e", 64, 100.0),
+    ("zc706", "zynq7000", "xc7z020clg400-1", 32, 125.0),
+])
+def test_user_board_numbers_follow_the_bundle(tmp_path, base, family, part, hp_width, clock, capfd):
+    """A user board of a known PS family: its part, clock and HP width reach the Tcl; no board preset."""
+    from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
+    from fluidnpu.hls_gen.vivado import write_vivado_project
+
+    data = json.loads((BOARD_DIR / f"{base}.json").read_text())
+    data.update(name="myboard", part=part, family=family)
+    data["resources"]["dsp"]["value"] = 8  # a small NPU: its RTL generates in seconds
+    data["axi_hp"]["width_bits"]["value"] = hp_width
+    bundle = bundle_from_result(explore(_tiny_workload(), board_from_data(data, "myboard"),
+                                        DSEOptions(bmax=2, clock_mhz=clock)))
+    out = tmp_path / "viv"
+    summary = write_vivado_project(bundle, out)
+    assert summary["board_part"] is None and summary["hp_width"] == hp_width and summary["part"] == part
+    fake = run_tcl(out / "build.tcl", board_parts=tuple(p for e in EXPECT.values() for p in [e["board_part"]]))
+    ps = PS_FAMILIES[family]
+    assert [p["part"] for p in fake.projects] == [part, part]
+    assert "board_part" not in fake.projects[1]["props"] and not fake.called("get_board_parts")
+    assert fake.automation[0]["apply_board_preset"] == "0"
+    assert float(fake.props["/ps"][ps.clock_key]) == clock
+    assert int(fake.props["/ps"][ps.hp_width_key]) == hp_width
+    assert fake.npu_core["interfaces"]["m_axi"]["DATA_WIDTH"] == str(hp_width)
+    assert int(fake.props["user_parameters:DESIGN_HASH"]["value"], 0) == design_hash(bundle)
+    from fluidnpu.host_driver.pynq_device import check_hwh
+
+    assert check_hwh(out / "npu.hwh", bundle).base == ps.reg_base
+    assert "user board" in (out / "README.txt").read_text()
