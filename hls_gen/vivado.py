@@ -203,7 +203,7 @@ def package_ip_tcl(ctx: Mapping[str, Any]) -> str:
     }) + _vars({"fluidnpu_sources": " ".join(ctx["rtl_files"])}) + r"""
 set fluidnpu_ip_dir [file join $fluidnpu_here ip]
 file delete -force $fluidnpu_ip_dir
-create_project -force fluidnpu_ip [file join $fluidnpu_here vivado ip_project] -part $fluidnpu_part
+create_project -force fluidnpu_ip [file join $fluidnpu_here vivado_ip] -part $fluidnpu_part
 set fluidnpu_files {}
 foreach f $fluidnpu_sources { lappend fluidnpu_files [file join $fluidnpu_here rtl $f] }
 add_files -norecurse $fluidnpu_files
@@ -221,10 +221,21 @@ set_property display_name "fluidnpu NPU" $core
 set_property description "fluidnpu early-exit NPU (Fluid Batching, Stackable PEs); registers on s_axi, DDR on m_axi" $core
 set_property supported_families [list $fluidnpu_family Production] $core
 
-# Bus interfaces come from the wrapper's X_INTERFACE_INFO attributes; all five must be there.
+# Bus interfaces come from the wrapper's X_INTERFACE_INFO attributes; all five must be there
+# (if one is not, inference by port names is tried once).
+set missing {}
 foreach busif {s_axi m_axi aclk aresetn interrupt} {
-    if {[llength [ipx::get_bus_interfaces $busif -of_objects $core]] == 0} {
-        error "fluidnpu: Vivado inferred no bus interface $busif on $fluidnpu_top"
+    if {[llength [ipx::get_bus_interfaces $busif -of_objects $core]] == 0} { lappend missing $busif }
+}
+if {[llength $missing] > 0} {
+    foreach def {xilinx.com:interface:aximm_rtl:1.0 xilinx.com:signal:clock_rtl:1.0
+                 xilinx.com:signal:reset_rtl:1.0 xilinx.com:signal:interrupt_rtl:1.0} {
+        ipx::infer_bus_interfaces $def $core
+    }
+    foreach busif $missing {
+        if {[llength [ipx::get_bus_interfaces $busif -of_objects $core]] == 0} {
+            error "fluidnpu: Vivado inferred no bus interface $busif on $fluidnpu_top"
+        }
     }
 }
 ipx::associate_bus_interfaces -busif s_axi -clock aclk $core

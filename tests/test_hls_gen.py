@@ -55,8 +55,9 @@ class FakeVivado:
     """Records the Vivado commands a script calls and answers like Vivado would, well enough for the scripts."""
 
     def __init__(self, tcl: Any, board_parts: tuple[str, ...] = (), wns: float = 0.25,
-                 clock_actual: dict[str, str] | None = None) -> None:
+                 clock_actual: dict[str, str] | None = None, infer: str = "attributes") -> None:
         self.tcl = tcl
+        self.infer = infer  # "attributes": package_project infers; "names": only infer_bus_interfaces; "none"
         self.board_parts = board_parts
         self.wns = wns
         self.clock_actual = clock_actual or {}
@@ -206,9 +207,15 @@ class FakeVivado:
         root.mkdir(parents=True, exist_ok=True)
         self.core = {"handle": "ipx_core_0", "root": str(root), "vendor": opts["-vendor"],
                      "library": opts["-library"], "name": self.project["top"], "version": "1.0",
-                     "interfaces": self._top_interfaces(), "associations": [], "memory_maps": {},
+                     "interfaces": self._top_interfaces() if self.infer == "attributes" else {},
+                     "associations": [], "memory_maps": {},
                      "address_spaces": {}, "user_parameters": {}, "saved": False}
         self.cores.append(self.core)
+        return ""
+
+    def c_ipx__infer_bus_interfaces(self, *args: str) -> str:
+        if self.infer == "names":
+            self.core["interfaces"] = self._top_interfaces()
         return ""
 
     def c_ipx__current_core(self, *args: str) -> str:
@@ -480,6 +487,15 @@ def test_package_ip_tcl(project):
     assert fake.called("close_project")
 
 
+def test_package_ip_falls_back_to_name_inference_then_stops(project):
+    _, _, out, _ = project
+    fake = run_tcl(out / "package_ip.tcl", infer="names")
+    assert set(fake.npu_core["interfaces"]) == {"s_axi", "m_axi", "aclk", "aresetn", "interrupt"}
+    assert fake.called("ipx::infer_bus_interfaces")
+    with pytest.raises(tkinter.TclError, match="inferred no bus interface s_axi"):
+        run_tcl(out / "package_ip.tcl", infer="none")
+
+
 @pytest.mark.parametrize("have_board_files", [True, False])
 def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     board, bundle, out, _ = project
@@ -490,6 +506,9 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     printed = capfd.readouterr().out
     # two projects: the throw-away IP project and the build project, both on the board's part
     assert [p["part"] for p in fake.projects] == [exp["part"], exp["part"]]
+    ip_dir, proj_dir = (Path(p["dir"]).resolve() for p in fake.projects)
+    assert ip_dir != proj_dir and proj_dir not in ip_dir.parents and ip_dir not in proj_dir.parents
+    assert not fake.called("ipx::infer_bus_interfaces")  # the wrapper's attributes were enough
     main_proj = fake.projects[1]
     assert main_proj["props"].get("board_part") == (exp["board_part"] if have_board_files else None)
     assert (out / "ip").resolve() == Path(fake.tcl.eval("file normalize [lindex [get_property ip_repo_paths "
