@@ -137,10 +137,11 @@ def resolve_target(bundle: Any) -> Target:
         family = load_board(board.name).family
     ps = PS_FAMILIES.get(family)
     if ps is None:
-        supported = ", ".join(f'"{k}" ({v.title})' for k, v in PS_FAMILIES.items())
-        named = f'names family "{family}"' if family else 'names no "family"'
-        raise FluidError(f"board {board.name} ({board.part}) {named}: `fluidnpu vivado` builds for a processing "
-                         f"system it knows, set \"family\" in the board file to one of {supported}")
+        supported = " or ".join(f'"{k}" ({v.title})' for k, v in PS_FAMILIES.items())
+        named = f'has family "{family}"' if family else 'names no "family"'
+        raise FluidError(f"board {board.name} ({board.part}) {named}; `fluidnpu vivado` builds only for the "
+                         f"processing systems {supported}: if the board has one, name it as \"family\" in "
+                         "the board file and re-run `fluidnpu dse`")
     width = int(board.hp_width_bits)
     if width not in ps.hp_widths:
         raise FluidError(f"board {board.name}: hp_width_bits {width} is not a width the {ps.title} HP port "
