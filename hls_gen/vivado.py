@@ -435,6 +435,7 @@ puts $fh "\{"
 puts $fh "  \"vivado\": \"$fluidnpu_vivado\", \"part\": \"$fluidnpu_part\", \"board_part\": \"$fluidnpu_board_part\","
 puts $fh "  \"clock_mhz\": $fluidnpu_clock_mhz, \"clock_mhz_actual\": \"$fluidnpu_clock_actual\", \"hp_width\": $fluidnpu_hp_width,"
 puts $fh "  \"design_hash\": \"$fluidnpu_design_hash\", \"wns_ns\": \"$fluidnpu_wns\", \"whs_ns\": \"$fluidnpu_whs\", \"timing_met\": [expr {$fluidnpu_timing_met ? "true" : "false"}],"
+puts $fh "  \"reg_base\": \"$fluidnpu_reg_base\", \"reg_range\": \"$fluidnpu_window\","
 puts $fh "  \"bit\": \"$fluidnpu_out.bit\", \"hwh\": \"$fluidnpu_out.hwh\", \"xsa\": \"$fluidnpu_out.xsa\""
 puts $fh "\}"
 close $fh

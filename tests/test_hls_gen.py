@@ -561,6 +561,7 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     assert report["bit"] == "npu.bit" and report["hwh"] == "npu.hwh"
     assert float(report["clock_mhz_actual"]) == bundle.clock_mhz
     assert report["design_hash"] == f"0x{design_hash(bundle):08X}"
+    assert int(report["reg_base"], 0) == cell.base and int(report["reg_range"], 0) == WINDOW_BYTES
 
 
 def test_build_stops_when_timing_fails(project, monkeypatch):
