@@ -29,7 +29,7 @@ space in one call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -281,6 +281,40 @@ def layer_inside(layer) -> float:
     return im2col_inside(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
 
 
+def im2col_row_reads(geometry, TPk: int, bus: Bus) -> float:
+    """Exact read cycles of one im2col row over all weight steps, averaged over the rows.
+
+    `geometry` names the convolution as a layer descriptor does (in_h, in_w,
+    cin, out_h, out_w, kh, kw, sh, sw, ph, pw; HWC tensors with a pixel pitch
+    of cin words from a beat-aligned sample base, as host_driver/memory_plan
+    lays them out). Walks the runs of each step the way the RTL's fetcher
+    cuts them (contiguous channels of one kernel tap) and charges each its
+    actual beats at its actual alignment, or one response for a zero-fill run
+    in the padding. This replaces the average-alignment estimate where the
+    geometry is known (the RTL testbenches); the DSE uses the estimate.
+    """
+    g = geometry
+    wpb, cin = bus.words_per_beat, g.cin
+    P = g.kh * g.kw * cin
+    runs = []                                        # (ky, kx, word offset in the window, length)
+    for p0 in range(0, P, TPk):
+        p, end = p0, min(P, p0 + TPk)
+        while p < end:
+            tap, ci = divmod(p, cin)
+            n = min(cin - ci, end - p)
+            ky, kx = divmod(tap, g.kw)
+            runs.append((ky, kx, (ky * g.in_w + kx) * cin + ci, n))
+            p += n
+    ky, kx, off, n = (np.asarray(x, dtype=np.int64)[None, :] for x in zip(*runs))
+    oy, ox = (a.reshape(-1, 1) for a in np.meshgrid(np.arange(g.out_h), np.arange(g.out_w), indexing="ij"))
+    iy0, ix0 = oy * g.sh - g.ph, ox * g.sw - g.pw
+    inside = (iy0 + ky >= 0) & (iy0 + ky < g.in_h) & (ix0 + kx >= 0) & (ix0 + kx < g.in_w)
+    start = (iy0 * g.in_w + ix0) * cin + off         # words from the sample base
+    beats = (start % wpb + n + wpb - 1) // wpb
+    cost = np.where(inside, beats, 1)
+    return float(cost.sum()) / (g.out_h * g.out_w) * bus.beat_cycles
+
+
 def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
                   stride: tuple[int, int] = (1, 1), pads: tuple[int, ...] = (0, 0),
                   dilation: tuple[int, int] = (1, 1)) -> float:
@@ -298,13 +332,15 @@ def layer_cycles(
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
     timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
-    inside: ArrayLike = 1.0,
+    inside: ArrayLike = 1.0, geometry=None,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
     `taps` = kh*kw of a convolution (P = taps * cin); `port_bytes` = bytes of
     one AXI beat (default: one port carrying all of `bytes_per_cycle`);
-    `inside` = `im2col_inside` of a padded convolution.
+    `inside` = `im2col_inside` of a padded convolution; `geometry` (a layer
+    descriptor, scalar design only): price the input reads exactly
+    (`im2col_row_reads`) instead of at their average alignment.
     Returns float cycles (np.inf where the mode does not exist on the design,
     e.g. k=1/2 with TP=1). Broadcasts over all array arguments.
     """
@@ -314,7 +350,12 @@ def layer_cycles(
     exists = (TRk >= 1) & (TPk >= 1) & (TCk >= 1)
     TRk, TPk, TCk = np.maximum(TRk, 1), np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C, G = (np.asarray(x, dtype=np.int64) for x in (R, P, C, G))
-    costs = layer_costs(TPk, P, C, taps, Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing, R, inside)
+    bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes)
+    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside)
+    if geometry is not None:
+        if np.ndim(TPk) != 0:
+            raise ValueError("exact input reads (geometry=) price one design at a time")
+        costs = replace(costs, in_row=np.asarray(im2col_row_reads(geometry, int(TPk), bus)))
 
     BP = -(-b // BR)
     n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group

@@ -25,14 +25,17 @@ AGREEMENT_CONFIGS: tuple[NpuParams, ...] = (
 
 
 def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
-                       timing: EngineTiming = DEFAULT_TIMING) -> list[int]:
-    """The model's cycles for each layer of `case` at its batch and <BR, k> (one AXI port)."""
+                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True) -> list[int]:
+    """The model's cycles for each layer of `case` at its batch and <BR, k> (one AXI port).
+
+    `exact`: price the input reads from the descriptor's geometry (their actual
+    alignments); False: at their average alignment, as the DSE does."""
     out = []
     for lp, (br, k) in zip(case.layers, case.modes):
         g = lp.geometry
         inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
         c = layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, case.b, br, k, data_width / 8, timing,
-                         taps=g.kh * g.kw, inside=inside)
+                         taps=g.kh * g.kw, inside=inside, geometry=g if exact else None)
         out.append(int(c))
     return out
 

@@ -181,3 +181,21 @@ def test_fc_rows_start_beat_aligned():
     conv = layer_costs(np.int64(6), np.int64(455), np.int64(4), 1, Bus.of(PORT64), EngineTiming(), R=9)
     assert float(fc.in_row) == (455 + 76 * (4 - 2)) / 4        # 151.75; the RTL moves 152 beats
     assert float(fc.in_row) < float(conv.in_row)
+
+
+def test_exact_input_reads_from_the_geometry():
+    from fluidnpu.dse.perf_model import Bus, im2col_row_reads
+    from fluidnpu.hw.descriptor import LayerDescriptor
+    bus = Bus.of(PORT64)
+    # FC, 455 words in 6-word steps from an aligned sample: runs start at 0 or 2 words of a
+    # 4-word beat, 2 beats each, 76 steps (the last of 5 words, at offset 2: 2 beats)
+    fc = LayerDescriptor(layer=0, in_h=1, in_w=1, cin=455, out_h=1, out_w=1, cout=4)
+    assert im2col_row_reads(fc, 6, bus) == 152
+    # 1x1 conv, no padding, 4-channel pixels on a 4-word beat: one beat a row per step
+    conv = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=8, out_h=4, out_w=4, cout=4)
+    assert im2col_row_reads(conv, 4, bus) == 2
+    # 3x3, pad 1: a run in the padding is one zero-fill response
+    pad = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=4, out_h=4, out_w=4, cout=4, kh=3, kw=3, ph=1, pw=1)
+    assert im2col_row_reads(pad, 4, bus) == 9
+    exact = layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9, geometry=pad)
+    assert exact == layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9)
