@@ -93,15 +93,15 @@ def test_generated_verilog_with_cocotb(tmp_path, sim, cases):
 
 def test_hardware_counters_agree_with_the_performance_model():
     """CYC_BUSY against dse.perf_model on random small layers (docs/rtl-agreement.md has the full
-    table). The issue's target is 5 % on every case; today's bound on these is 8 %, mean 3 %."""
+    table): within the issue's 5 % on every case, 2 % on average."""
     from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases, agreement_rows
 
     params = AGREEMENT_CONFIGS[0]
     rows = agreement_rows(params, agreement_cases(params, 6, seed=42))
     assert all(r.correct for r in rows)
     errors = [abs(r.error) for r in rows]
-    assert max(errors) <= 0.08, max(rows, key=lambda r: abs(r.error))
-    assert sum(errors) / len(errors) <= 0.03
+    assert max(errors) <= 0.05, max(rows, key=lambda r: abs(r.error))
+    assert sum(errors) / len(errors) <= 0.02
     # the counters are consistent with each other
     assert all(0 < r.mac_cycles + r.stall_cycles <= r.hw_cycles for r in rows)
 
