@@ -301,6 +301,9 @@ class ModelDevice(Device):
         if inside is not None:
             kw["inside"] = inside((f["in_h"], f["in_w"]), (f["out_h"], f["out_w"]), (f["kh"], f["kw"]),
                                   (f["sh"], f["sw"]), (f["ph"], f["pw"]))
+        if hasattr(perf_model, "im2col_row_reads"):          # exact input-run alignments from the geometry
+            from types import SimpleNamespace
+            kw["geometry"] = SimpleNamespace(**f)
         c = perf_model.layer_cycles(p.TR, p.TP, p.TC, f["npix"], f["P"], f["cout"], 1, b, br, k, p.axi_dw / 8,
                                     self.timing, **kw)
         return int(c)
