@@ -130,8 +130,11 @@ def _fast_memory_init() -> Iterator[None]:
     duration of one conversion."""
     from amaranth.back import rtlil
 
-    emitter = rtlil.ModuleEmitter
-    original = emitter.emit_memory
+    emitter = getattr(rtlil, "ModuleEmitter", None)
+    original = getattr(emitter, "emit_memory", None)
+    if original is None:            # another Amaranth than the 0.5 this was written for: plain path
+        yield
+        return
 
     def emit_memory(self: Any, cell_idx: int, cell: Any) -> None:
         width, depth = cell.width, cell.depth
