@@ -27,11 +27,12 @@ run: $(VENV)/.installed-run
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n 2
 
-## make bench: DSE, scheduler, RTL-simulation, host-driver and runtime speed benchmarks
+## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_dse.py
 	$(BIN)/python benchmarks/bench_scheduler.py
 	$(BIN)/python benchmarks/bench_rtl_sim.py
+	$(BIN)/python benchmarks/bench_rtl_gen.py
 	$(BIN)/python benchmarks/bench_host_driver.py
 	$(BIN)/python benchmarks/bench_runtime.py
 

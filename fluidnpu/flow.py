@@ -3,7 +3,8 @@
 1. DSE — the paper's setting: a 4-exit ResNet-50 on a ZC706, Bmax 8, fluid batching with Stackable PEs.
 2. DSE — a network we can run end to end here: digits-ee (a 3-exit CNN trained on scikit-learn's digits),
    on a 16-DSP ZC706 cut-down board so that its RTL simulates in minutes.
-3. RTL — that design as Verilog, a Vivado top wrapper and the register map (`fluidnpu rtl`).
+3. RTL — that design as Verilog, a Vivado top wrapper and the register map (`fluidnpu rtl`), inside
+   a scripted Vivado project for the board (`fluidnpu vivado`; building it needs Vivado).
 4. Co-simulation — a few test images through the generated Verilog (cocotb + Verilator) and through the
    bit-accurate ModelDevice, by the same host driver: the exit logits must be bit-identical.
 5. Serving — FluidB streams the test images at a Poisson rate through the NPU (ModelDevice, wall clock):
@@ -56,12 +57,13 @@ def digits_design(outdir: Path, bmax: int) -> dict[str, Any]:
 
 
 def rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
-    """Step 3: `fluidnpu rtl` of the digits design into outdir/digits/rtl."""
-    from fluidnpu.hw.cli import generate_rtl
+    """Step 3: `fluidnpu vivado` of the digits design: its RTL (`fluidnpu rtl`) and the scripted
+    Vivado project around it, in outdir/digits/vivado."""
+    from fluidnpu.hls_gen.vivado import write_vivado_project
 
     t0 = time.perf_counter()
-    summary = generate_rtl(bundle, outdir / "digits" / "rtl")
-    return {"summary": summary, "dir": str(outdir / "digits" / "rtl"), "seconds": time.perf_counter() - t0}
+    summary = write_vivado_project(bundle, outdir / "digits" / "vivado")
+    return {"summary": summary, "dir": summary["outdir"], "seconds": time.perf_counter() - t0}
 
 
 def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
@@ -128,7 +130,8 @@ def flow_cmd(outdir: str, rate: float, slo: float, samples: int, cosim_images: i
     main = _timed(console, 1, "DSE: ResNet-50 (4 exits) on ZC706, Bmax 8", lambda: main_design(base, quiet), quiet)
     dig = _timed(console, 2, "DSE: digits-ee on a 16-DSP ZC706 (small enough to simulate)",
                  lambda: digits_design(base, 4), quiet)
-    gen = _timed(console, 3, "RTL: Verilog, Vivado wrapper, register map", lambda: rtl(dig["bundle"], base), quiet)
+    gen = _timed(console, 3, "RTL: Verilog, Vivado wrapper, register map, Vivado project",
+                 lambda: rtl(dig["bundle"], base), quiet)
     co: Optional[dict[str, Any]] = None
     if cosim_images:
         co = _timed(console, 4, f"co-simulation: {cosim_images} images through the Verilog and ModelDevice "
@@ -155,7 +158,8 @@ def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> 
                         "dsp_util": s["utilisation"].get("dsp"), "seconds": main["seconds"]},
         "digits_design": {"path": dig["path"], "board": dig["board"], "design": {"TR": TR, "TP": TP, "TC": TC},
                           "bmax": dig["bundle"].bmax, "seconds": dig["seconds"]},
-        "rtl": {"dir": gen["dir"], "seconds": gen["seconds"], "files": gen["summary"]["files"],
+        "rtl": {"dir": gen["dir"], "seconds": gen["seconds"], "files": gen["summary"]["files"]["rtl"],
+                "vivado": {k: v for k, v in gen["summary"]["files"].items() if k != "rtl"},
                 "design_hash": gen["summary"]["design_hash"]},
         "cosim": co,
         "serving": {k: srv[k] for k in ("policy", "rate", "slo_ms", "sent", "answered", "rejected", "latency_ms",
@@ -180,7 +184,8 @@ def _print(out: Any, r: dict[str, Any]) -> None:
     t.add_row("2. DSE, digits-ee on a 16-DSP board",
               f"<{dd['TR']}, {dd['TP']}, {dd['TC']}>, Bmax {d['bmax']}: small enough to simulate cycle by cycle",
               d["path"])
-    t.add_row("3. RTL generation", f"Verilog + Vivado wrapper + register map in {g['seconds']:.1f} s", g["dir"])
+    t.add_row("3. RTL generation", f"Verilog + Vivado wrapper + register map in rtl/, and the Vivado project "
+              f"scripts (build.sh needs Vivado) in {g['seconds']:.1f} s", g["dir"])
     if c is None:
         t.add_row("4. co-simulation", "skipped (--cosim-images 0)", "")
     else:
@@ -198,7 +203,8 @@ def _print(out: Any, r: dict[str, Any]) -> None:
     out.print(t)
     out.print("Next: `fluidnpu show build/design.json --layers` (the FBCB per layer), "
               "`fluidnpu simulate -m resnet50 -b zc706 -p fluidb --rate 15 --slo 400` (the paper's scheduler "
-              "against its baselines), `fluidnpu run --help` (serve on the RTL), docs/deploy.md (a real board).")
+              "against its baselines), `fluidnpu run --help` (serve on the RTL), `fluidnpu vivado build/design.json -o build/vivado` (the "
+              "full-size NPU's Vivado project, a few minutes), docs/deploy.md (a real board).")
 
 
 commands = [flow_cmd]

@@ -19,8 +19,11 @@ def test_flow_runs_every_step(tmp_path, capsys):
     digits = load_bundle(tmp_path / "digits" / "design.json")
     assert rep["digits_design"]["design"] == dict(zip(("TR", "TP", "TC"), digits.design))
     rtl_files = rep["rtl"]["files"]
-    verilog = (tmp_path / "digits" / "rtl" / "fluidnpu_npu.v").read_text()
-    assert str(tmp_path / "digits" / "rtl" / "fluidnpu_npu.v") in rtl_files.values() and "module" in verilog
+    verilog = (tmp_path / "digits" / "vivado" / "rtl" / "fluidnpu_npu.v").read_text()
+    assert str(tmp_path / "digits" / "vivado" / "rtl" / "fluidnpu_npu.v") in rtl_files.values()
+    assert "module fluidnpu_npu" in verilog
+    assert rep["rtl"]["design_hash"] in (tmp_path / "digits" / "vivado" / "package_ip.tcl").read_text()
+    assert set(rep["rtl"]["vivado"]) >= {"package_ip", "block_design", "build"}
     assert rep["cosim"]["bit_identical"] is True and rep["cosim"]["images"] == 2
     assert rep["cosim"]["rtl_cycles"] > 0
     srv = rep["serving"]
