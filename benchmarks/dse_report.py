@@ -91,13 +91,17 @@ def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
 
 
 def paper_points() -> list[dict]:
-    """The paper's <TP, TC> in our model, at the largest TR our buffers allow on the board."""
+    """The paper's <TP, TC> in our model, at the largest TR that fits the board; where no TR does
+    (the calibrated LUT cost of our RTL), at the paper's own TR, with its over-100 % utilisation."""
     rows = []
-    for (model, board_name), (_, tp, tc) in PAPER.items():
+    for (model, board_name), (paper_tr, tp, tc) in PAPER.items():
         workload, board = zoo_model(model), load_board(board_name)
         tr = int(max_tr(np.array([tp]), np.array([tc]), board, 8, len(workload.layers()), True, 10**6)[0])
-        rows.append(_row(model, board_name, "paper's TPxTC at the largest TR that fits",
-                         evaluate_design(workload, board, tr, tp, tc), board))
+        scheme = "paper's TPxTC at the largest TR that fits"
+        if tr < 1:
+            tr, scheme = paper_tr, "paper's design (does not fit our RTL on this board)"
+        rows.append(_row(model, board_name, scheme,
+                         evaluate_design(workload, board, tr, tp, tc, allow_oversize=True), board))
     return rows
 
 
