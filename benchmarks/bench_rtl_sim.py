@@ -52,8 +52,7 @@ def amaranth() -> dict:
 
 def main() -> None:
     rows = []
-    # Icarus 11 does not complete a run of the generated Verilog yet (tests/test_npu.py, xfail).
-    for sim in ("verilator",):
+    for sim in ("verilator", "icarus"):
         if simulator_available(sim):
             try:
                 rows.append(hdl(sim))

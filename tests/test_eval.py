@@ -21,7 +21,7 @@ from fluidnpu.scheduler_fw.designs import design_for
 from fluidnpu.scheduler_fw.experiments import (PAPER_TABLE1, EvalConfig, figure_panels, load_panels, sweep_summary,
                                                table1_summary)
 from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
-from fluidnpu.scheduler_fw.registry import FLUID, SERIAL_B1
+from fluidnpu.scheduler_fw.registry import FLUID, SERIAL_B1, policy_spec
 from fluidnpu.scheduler_fw.simulation import Setting, run_once, simulate
 
 
@@ -153,10 +153,15 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     assert {r["policy"] for r in rows} >= {"fluidb", "serial", "lazybatching", "r-adaptb-l"}
     doc = json.loads((out / "fig4.json").read_text())
     assert doc["config"]["seeds"] == 1 and len(doc["designs"]) == 4
-    # at 25 samples/s on ZC706 SERIAL (no batching) queues up and FluidB does not; FluidB always uses the NPU better
+    # at 25 samples/s on ZC706 SERIAL (no batching) queues up and FluidB does not; FluidB always gets more
+    # useful work out of the board while busy (utilisation is of each policy's own design's peak, and the
+    # designs differ in size, so compare utilisation x peak: useful GOp/s while busy)
     by = {(r["policy"], r["rate"]): r for r in doc["rows"]}
     assert by[("serial", 25.0)]["mean_latency_ms"] > 1.2 * by[("fluidb", 25.0)]["mean_latency_ms"]
-    assert all(by[("fluidb", r)]["utilisation"] > by[("serial", r)]["utilisation"] for r in (5.0, 15.0, 25.0))
+    peak = {d["design_kind"]: d["peak_gops"] for d in doc["designs"]}
+    kind = {p: policy_spec(p).design.key for p in ("fluidb", "serial")}
+    work = {k: {r: by[(k, r)]["utilisation"] * peak[kind[k]] for r in (5.0, 15.0, 25.0)} for k in kind}
+    assert all(work["fluidb"][r] > work["serial"][r] for r in (5.0, 15.0, 25.0))
     s = printed["summary"]
     assert s["mean_latency_gain_geomean"] > 1.0 and s["lazy_vs_fluidb_invocations"] > 3.0
 
@@ -167,7 +172,8 @@ def test_fig7_reuses_the_dse_report(tmp_path):
     cfg = EvalConfig(cache_dir=tmp_path / "cache")
     res = run_fig7(tmp_path, cfg, pairs=(("resnet50", "zc706"),))
     s = res["summary"]["resnet50-zc706"]
-    assert s["fluid_beats_every_static_at_every_b"] and s["stackable_gain_b1"] > 1.0
+    assert s["fluid_stackable_beats_every_static_at_every_b"] and s["fluid_beats_every_static_on_mean"]
+    assert s["stackable_gain_b1"] > 1.0
     rows = res["rows"]
     ours = [r["gops"] for r in rows if r["scheme"] == "Fluid + Stackable PEs"]
     same = [r["gops"] for r in rows if r["scheme"] == "same design: both"]
