@@ -100,17 +100,17 @@ class BufferRing:
         slot.refs -= 1
         if slot.reading == 0:
             slot.state = BufState.INVALID if slot.refs > 0 else BufState.AVAILABLE
-        if slot.refs <= 0 and slot.reading == 0:
-            slot.refs = 0
-            slot.data = None
-            slot.event = None
-            slot.held = 0
-            slot.state = BufState.AVAILABLE
+        BufferRing._free_if_unused(slot)
 
     @staticmethod
     def drop(slot: BufferSlot) -> None:
         """One part is discarded without being read (its queries failed)."""
         slot.refs -= 1
+        BufferRing._free_if_unused(slot)
+
+    @staticmethod
+    def _free_if_unused(slot: BufferSlot) -> None:
+        """No part left to read it and no read in flight: the slot is available again."""
         if slot.refs <= 0 and slot.reading == 0:
             slot.refs = 0
             slot.data = None

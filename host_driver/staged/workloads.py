@@ -169,6 +169,18 @@ def _image_collate(torch):
     return collate
 
 
+def _random_inputs(torch, shape: tuple[int, ...]):
+    """(example, sample) for fixed-shape inputs: profiling payloads (fixed seed) and a load's payloads."""
+    def example(bs):
+        g = torch.Generator().manual_seed(1)
+        return [torch.randn(*shape, generator=g) for _ in range(bs)]
+
+    def sample(rng, n):
+        return [torch.from_numpy(rng.standard_normal(shape).astype(np.float32)) for _ in range(n)]
+
+    return example, sample
+
+
 def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
     nn = torch.nn
@@ -201,13 +213,7 @@ def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
             cin = cout
     mods.append(nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, cfg["classes"])))
     img = cfg["image"]
-
-    def example(bs):
-        g = torch.Generator().manual_seed(1)
-        return [torch.randn(3, img, img, generator=g) for _ in range(bs)]
-
-    def sample(rng, n):
-        return [torch.from_numpy(rng.standard_normal((3, img, img)).astype(np.float32)) for _ in range(n)]
+    example, sample = _random_inputs(torch, (3, img, img))
 
     return ModelSpec(f"cnn-{size}", mods, _image_collate(torch), example, sample=sample)
 
@@ -268,13 +274,7 @@ def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     mods = [Stem(w[0])] + [Down(w[i], w[i + 1]) for i in range(len(w) - 1)]
     mods += [Up(w[i + 1], w[i]) for i in reversed(range(len(w) - 1))] + [Head(w[0], cfg["classes"])]
     img = cfg["image"]
-
-    def example(bs):
-        g = torch.Generator().manual_seed(1)
-        return [torch.randn(3, img, img, generator=g) for _ in range(bs)]
-
-    def sample(rng, n):
-        return [torch.from_numpy(rng.standard_normal((3, img, img)).astype(np.float32)) for _ in range(n)]
+    example, sample = _random_inputs(torch, (3, img, img))
 
     return ModelSpec(f"unet-{size}", mods, _image_collate(torch), example, sample=sample)
 
@@ -304,12 +304,7 @@ def eecnn_workload(size: str = "tiny", seed: int = 0, threshold: float = 0.6, **
 
     exits = [ExitHead(depth // 3 - 1, Head(), threshold), ExitHead(2 * depth // 3 - 1, Head(), threshold)]
 
-    def example(bs):
-        g = torch.Generator().manual_seed(1)
-        return [torch.randn(dim, generator=g) for _ in range(bs)]
-
-    def sample(rng, n):
-        return [torch.from_numpy(rng.standard_normal(dim).astype(np.float32)) for _ in range(n)]
+    example, sample = _random_inputs(torch, (dim,))
 
     return ModelSpec(f"eecnn-{size}", mods, _image_collate(torch), example, exits=exits, sample=sample)
 
