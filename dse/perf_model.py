@@ -415,6 +415,18 @@ def layer_cycles(
     return np.where(exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
 
 
+def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,
+                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True) -> int:
+    """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
+    out_w, kh, kw, sh, sw, ph, pw) on an engine with one AXI port of `bytes_per_cycle`: how the RTL
+    agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their actual
+    alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
+    g = geometry
+    inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
+    return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, bytes_per_cycle, timing,
+                            taps=g.kh * g.kw, inside=inside, geometry=g if exact else None))
+
+
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
     """Cycles at 100% MAC utilisation: the peak-performance lower bound."""
     return np.asarray(G) * np.asarray(R) * np.asarray(P) * np.asarray(C) * b / (np.asarray(TP) * np.asarray(TC))

@@ -37,6 +37,10 @@ _W = {r.offset >> 2: r for r in REGISTERS}
 _MASK32 = 0xFFFFFFFF
 
 
+# What the cycle model reads of a descriptor (dse.perf_model.descriptor_cycles).
+_GEOMETRY_FIELDS = ("npix", "P", "cout", "cin", "in_h", "in_w", "out_h", "out_w", "kh", "kw", "sh", "sw", "ph", "pw")
+
+
 class _AxiFault(Exception):
     def __init__(self, code: ErrorCode) -> None:
         self.code = code
@@ -63,6 +67,7 @@ class ModelDevice(Device):
         self.memory = bytearray(mem_bytes)
         self._alloc = BumpAllocator(mem_base, mem_bytes, what="ModelDevice memory")
         self.hang = hang
+        self._cycle_cache: dict[tuple, int] = {}
         self._stuck = False
         self.device_cycles = 0
         self.runs = 0
@@ -292,21 +297,20 @@ class ModelDevice(Device):
         mem16[(dst - self.mem_base) >> 1] = y
 
     def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
-        """dse/perf_model.py's cycles for this descriptor's layer, priced as sim_tb/agreement.py prices a
-        case (one m_axi port of the build's width)."""
-        from fluidnpu.dse import perf_model
-        p = self.params
-        kw = {"taps": f["kh"] * f["kw"]}
-        inside = getattr(perf_model, "im2col_inside", None)   # share of im2col reads inside the image
-        if inside is not None:
-            kw["inside"] = inside((f["in_h"], f["in_w"]), (f["out_h"], f["out_w"]), (f["kh"], f["kw"]),
-                                  (f["sh"], f["sw"]), (f["ph"], f["pw"]))
-        if hasattr(perf_model, "im2col_row_reads"):          # exact input-run alignments from the geometry
+        """dse/perf_model.py's cycles for this descriptor's layer (one m_axi port of the build's width),
+        cached: a serving run prices the same few (layer, b, BR, k) over and over."""
+        key = (tuple(f[n] for n in _GEOMETRY_FIELDS), b, br, k)
+        cycles = self._cycle_cache.get(key)
+        if cycles is None:
             from types import SimpleNamespace
-            kw["geometry"] = SimpleNamespace(**f)
-        c = perf_model.layer_cycles(p.TR, p.TP, p.TC, f["npix"], f["P"], f["cout"], 1, b, br, k, p.axi_dw / 8,
-                                    self.timing, **kw)
-        return int(c)
+
+            from fluidnpu.dse.perf_model import descriptor_cycles
+
+            p = self.params
+            geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS})
+            cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing)
+            self._cycle_cache[key] = cycles
+        return cycles
 
     def _count(self, f: dict, b: int, plan: dict) -> None:
         cycles = self.layer_model_cycles(f, b, plan["BR"], plan["k"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, im2col_inside, layer_cycles
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, descriptor_cycles
 from fluidnpu.hw.regmap import NpuParams
 from fluidnpu.sim_tb.npu_cases import Case, make_case
 
@@ -30,14 +30,8 @@ def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
 
     `exact`: price the input reads from the descriptor's geometry (their actual
     alignments); False: at their average alignment, as the DSE does."""
-    out = []
-    for lp, (br, k) in zip(case.layers, case.modes):
-        g = lp.geometry
-        inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
-        c = layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, case.b, br, k, data_width / 8, timing,
-                         taps=g.kh * g.kw, inside=inside, geometry=g if exact else None)
-        out.append(int(c))
-    return out
+    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact)
+            for lp, (br, k) in zip(case.layers, case.modes)]
 
 
 @dataclass
