@@ -70,15 +70,13 @@ def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
     """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits."""
     import numpy as np
 
-    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.cli import load_network
     from fluidnpu.host_driver.driver import NpuDriver
     from fluidnpu.host_driver.model_device import ModelDevice
     from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
     from fluidnpu.host_driver.runtime import infer_on_driver
-    from fluidnpu.quantize import quantize
 
-    xtr, _, xte, yte = D.load_dataset()
-    qnet = quantize(D.load_float_network(), xtr)
+    _, qnet, xte, yte = load_network("digits-ee")
     x = xte[:images]
     t0 = time.perf_counter()
     hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax)

@@ -13,6 +13,7 @@ Registered by fluidnpu/cli.py through `commands`.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import click
@@ -22,8 +23,10 @@ from fluidnpu.errors import FluidError
 MODELS = ("digits-ee",)
 
 
-def _load_network(model: str):
-    """(float network, quantised network, test inputs, test labels) of a runtime model."""
+@functools.lru_cache(maxsize=None)
+def load_network(model: str):
+    """(float network, quantised network, test inputs, test labels) of a runtime model; quantised once
+    per process (`fluidnpu flow` serves and co-simulates the same network)."""
     key = model.lower().replace("_", "-")
     if key not in MODELS:
         raise FluidError(f"unknown runtime model {model!r}; `fluidnpu run` serves: {', '.join(MODELS)}")
@@ -86,7 +89,7 @@ def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", p
         check_positive(timeout_s, "--timeout (s)")
     if bmax is not None and not 1 <= bmax <= (64 if design else 16):
         raise FluidError(f"--bmax must be in 1..{64 if design else 16}, got {bmax}")
-    _, qnet, xte, yte = _load_network(model)
+    _, qnet, xte, yte = load_network(model)
     if isinstance(design, str):
         from fluidnpu.scheduler_fw.latency import load_design
 

@@ -37,13 +37,9 @@ def _build_top(bundle: Any) -> Any:
 def _to_verilog(top: Any) -> str:
     """The top as Verilog: hw/npu.py's fast-memory-init conversion (plain
     `amaranth.back.verilog.convert` would write the same text, minutes slower at
-    full size), or plain convert for a stand-in top when hw/npu.py lacks it."""
-    try:
-        from fluidnpu.hw.npu import to_verilog
-    except ImportError:
-        from amaranth.back import verilog
+    full size)."""
+    from fluidnpu.hw.npu import to_verilog
 
-        return verilog.convert(top, name=INNER_MODULE, emit_src=False)
     return to_verilog(top, INNER_MODULE, emit_src=False)
 
 

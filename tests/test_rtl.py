@@ -143,6 +143,7 @@ def bundle_path(tiny_board, tiny_workload, tmp_path):
 def stand_in_npu(monkeypatch):
     module = types.ModuleType("fluidnpu.hw.npu")
     module.build_npu = lambda bundle: StandInTop(NpuParams.from_bundle(bundle, axi_dw=64))
+    module.to_verilog = lambda top, name, **kw: verilog.convert(top, name=name, **kw)
     monkeypatch.setitem(sys.modules, "fluidnpu.hw.npu", module)
 
 
