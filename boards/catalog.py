@@ -6,7 +6,7 @@ every figure is {"value": ..., "source": "..."} so its provenance stays with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 import json
 from pathlib import Path
 from typing import Any
@@ -47,12 +47,44 @@ BOARD_SCHEMA: dict[str, Any] = {
                    "properties": {"ports": _fig("integer", 1), "width_bits": {
                        "type": "object", "required": ["value"],
                        "properties": {"value": {"enum": [32, 64, 128, 256, 512]}}}}},
+        "ceilings": {"type": "object", "additionalProperties": False,
+                     "properties": {k: {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+                                    for k in ("dsp", "bram36", "uram", "lut", "ff")}},
         "ddr": {"type": "object", "required": ["width_bits", "mega_transfers"],
                 "properties": {"width_bits": _fig("integer", 8), "mega_transfers": _fig("number", 0, exclusive=True),
                                "efficiency": {"type": "object", "required": ["value"], "properties": {
                                    "value": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}}}},
     },
 }
+
+
+RESOURCES = ("dsp", "bram36", "uram", "lut", "ff")
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The largest share of each resource a design may use.
+
+    Logic that fills 90-98 % of the LUTs does not route or close timing in practice; the defaults
+    leave a fifth of the LUTs and FFs to the router and the board's own logic (PS interconnect,
+    resets), and let the hard blocks (DSP, BRAM, URAM) fill completely, as the paper's designs do.
+    """
+
+    dsp: float = 1.0
+    bram36: float = 1.0
+    uram: float = 1.0
+    lut: float = 0.8
+    ff: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name in RESOURCES:
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise FluidError(f"{name} ceiling must be in (0, 1], got {value:g}")
+
+    def limit(self, name: str, available: int) -> int:
+        """How many of a board's `available` units of resource `name` a design may use."""
+        return int(available * getattr(self, name) + 1e-9)
 
 
 @dataclass(frozen=True)
@@ -75,6 +107,20 @@ class Board:
     ddr_efficiency: float
     family: str = ""
     title: str = ""
+    ceilings: Ceilings = Ceilings()
+
+    def limit(self, name: str) -> int:
+        """Units of resource `name` (dsp, bram36, uram, lut, ff) a design may use: the board's count
+        under its ceiling."""
+        return self.ceilings.limit(name, getattr(self, name))
+
+    def with_ceilings(self, **shares: float | None) -> "Board":
+        """The board with some ceilings replaced (None keeps the board's own)."""
+        given = {k: v for k, v in shares.items() if v is not None}
+        unknown = set(given) - set(RESOURCES)
+        if unknown:
+            raise FluidError(f"unknown resource ceiling(s): {', '.join(sorted(unknown))}")
+        return replace(self, ceilings=replace(self.ceilings, **given))
 
     def bandwidth_bytes_per_s(self, clock_mhz: float | None = None) -> float:
         """Sustained off-chip bandwidth seen from the PL: the lesser of the AXI HP
@@ -103,6 +149,8 @@ class Board:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Board":
+        d = dict(d)
+        d["ceilings"] = Ceilings(**d.get("ceilings", {}))   # bundles written before ceilings: defaults
         return cls(**d)
 
 
@@ -122,6 +170,7 @@ def board_from_data(data: Any, what: str) -> Board:
         ddr_width_bits=data["ddr"]["width_bits"]["value"],
         ddr_mega_transfers=float(data["ddr"]["mega_transfers"]["value"]),
         ddr_efficiency=float(data["ddr"].get("efficiency", {}).get("value", 1.0)),
+        ceilings=Ceilings(**data.get("ceilings", {})),
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
+from fluidnpu.hw.regmap import input_banks
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -95,27 +96,33 @@ def uram_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
     return np.where(depth > 0, -(-depth // URAM_DEPTH) * -(-np.asarray(width) // URAM_WIDTH), 0)
 
 
-def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
-    """The engine's on-chip memories as (name, count, depth, width_bits).
+def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
+             packing: bool = True) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+    """The engine's buffer memories as (name, count, depth, width_bits), exactly as
+    hw/engine_core.py builds them (docs/hw-architecture.md, "EngineCore"):
 
-    input: double-buffered, split into `banks` banks so that packed sample
-    groups read their own rows in the same cycle; accumulators and output
-    staging: two half-depth banks each, so k=1/2 can address both halves at once.
+    input: NB banks, each two memories (lanes [0,TP) and [TP,2TP)) of both `ib` halves,
+    2 * ceil(ceil(TR/NB) / 2) rows of TP lanes; accumulators: two memories of ceil(TR/2)
+    rows of TC 32-bit words; output staging: two memories holding both `sb` halves,
+    2 * ceil(TR/2) rows of TC 16-bit words. The control's small memories (FBCB, DMA and
+    sequencer FIFOs) are LUT RAM and priced with the logic.
     """
     TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
-    banks = max(2, bmax)
+    nb = input_banks(bmax, packing)
     half = -(-TR // 2)
     return [
-        ("input", 2 * banks, -(-TR // banks), WORD_BITS * TP),
+        ("input", 2 * nb, 2 * -(-(-(-TR // nb)) // 2), WORD_BITS * TP),
         ("accumulator", 2, half, ACC_BITS * TC),
-        ("output", 2, half, WORD_BITS * TC),
+        ("output", 2, 2 * half, WORD_BITS * TC),
     ]
 
 
-def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
+               packing: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bram36, uram, feasible) choosing, per design, the BRAM/URAM placement of
-    each memory that fits and leaves the lowest peak utilisation."""
-    mems = memories(TR, TP, TC, bmax)
+    each memory that fits under the board's ceilings and leaves the lowest peak utilisation."""
+    mems = memories(TR, TP, TC, bmax, packing=packing)
+    bram_limit, uram_limit = board.limit("bram36"), board.limit("uram")
     as_bram = [count * bram36_for(depth, width) for _, count, depth, width in mems]
     as_uram = [count * uram_for(depth, width) for _, count, depth, width in mems]
     shape = np.broadcast(np.asarray(TR), np.asarray(TP), np.asarray(TC)).shape
@@ -127,7 +134,7 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
             continue
         b = sum((np.zeros(shape) if in_uram else br) for in_uram, br in zip(choice, as_bram))
         u = sum((uu if in_uram else np.zeros(shape)) for in_uram, uu in zip(choice, as_uram))
-        fits = (b <= board.bram36) & (u <= board.uram)
+        fits = (b <= bram_limit) & (u <= uram_limit)
         score = np.maximum(b / max(board.bram36, 1), u / max(board.uram, 1) if board.uram else 0.0)
         better = fits & (score < best_score)
         best_b = np.where(better, b, best_b)
@@ -140,15 +147,6 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
 def fbcb_bits(bmax: int) -> int:
     """Bits per FBCB entry: BR-1 in ceil(log2 Bmax) bits plus the 2-bit k code."""
     return max(1, math.ceil(math.log2(bmax))) + 2
-
-
-def input_banks(bmax: int) -> int:
-    """Input-buffer banks NB of the RTL: a power of two >= max(2, Bmax), so that the bank of a
-    row is a bit slice (mirrors fluidnpu.hw.npu.banks, which needs Amaranth to import)."""
-    nb = 2
-    while nb < bmax:
-        nb *= 2
-    return nb
 
 
 def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
@@ -165,7 +163,7 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
-def replication_bits(TC: np.ndarray, bmax: int) -> np.ndarray:
+def replication_bits(TC: np.ndarray, bmax: int, packing: bool = True) -> np.ndarray:
     """2:1 multiplexer bits of the network that copies a weight row and a bias chunk written for
     group 0 into every group of a packed pass (hw/mac_tree.py, replicate_groups): log2 NB doubling
     stages over 2TC word slots; stage s shifts by cw << s, a barrel shifter of ceil(log2 2TC) - s
@@ -173,15 +171,15 @@ def replication_bits(TC: np.ndarray, bmax: int) -> np.ndarray:
     33-bit (bias + valid) words. It grows as TC log TC log NB, faster than the PE count."""
     slots = 2 * np.asarray(TC)
     levels = np.ceil(np.log2(np.maximum(slots, 2)))
-    per_slot = sum(np.maximum(levels - s, 0) + 1 for s in range(int(math.log2(input_banks(bmax)))))
+    per_slot = sum(np.maximum(levels - s, 0) + 1 for s in range(int(math.log2(input_banks(bmax, packing)))))
     return (WORD_BITS + 33) * slots * per_slot
 
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
-                  costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+                  costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue."""
     TP, TC = np.asarray(TP), np.asarray(TC)
-    nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, input_banks(bmax)
+    nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, input_banks(bmax, packing)
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
            + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax))
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
@@ -190,13 +188,15 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
 
 
 def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
-                 costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories."""
+                 costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories. Without packing
+    (static R / FC-only designs) the engine has 2 banks and no group ever needs a copy of the
+    weights, so the replication network is not built."""
     TP, TC = np.asarray(TP), np.asarray(TC)
-    nb = input_banks(bmax)
+    nb = input_banks(bmax, packing)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
            + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb
-           + costs.lut_per_rep_bit * replication_bits(TC, bmax))
+           + (costs.lut_per_rep_bit * replication_bits(TC, bmax) if packing else 0))
     if not stackable:
         # the fitted terms include the Stackable-PE logic (every RTL build has it); a plain-PE
         # engine saves, per PE pair, the pair adder and the 2:1 lane multiplexers of stacking
@@ -206,11 +206,11 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
-              costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+              costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs)
-    el, ef = engine_logic(TP, TC, bmax, stackable, costs)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, packing=packing)
+    el, ef = engine_logic(TP, TC, bmax, stackable, costs, packing=packing)
     return np.ceil(cl + el), np.ceil(cf + ef)
 
 
@@ -236,24 +236,42 @@ class Resources:
         return asdict(self)
 
 
-def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool) -> Resources:
+def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool, *,
+                     packing: bool = True) -> Resources:
     """Resources of one design (scalar convenience around the vector model)."""
-    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax)
-    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable)
+    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, packing=packing)
+    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, packing=packing)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,
-                     n_layers: int, stackable: bool) -> np.ndarray:
-    """Boolean mask: the design fits the board in every resource."""
-    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax)
-    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable)
-    return mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.dsp) & (lut <= board.lut) & (ff <= board.ff)
+                     n_layers: int, stackable: bool, *, packing: bool = True) -> np.ndarray:
+    """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource."""
+    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, packing=packing)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, packing=packing)
+    return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
+            & (ff <= board.limit("ff")))
+
+
+def over_limits(res: "Resources", board: Board) -> list[str]:
+    """What a design's resources exceed on a board under its ceilings, one phrase each
+    ('LUT 197,009 over 174,880 (80 % of 218,600): 112.7 % of the limit'); empty when it fits."""
+    out = []
+    if not (np.isfinite(res.bram36) and np.isfinite(res.uram)):
+        out.append(f"on-chip buffers: no BRAM/URAM placement fits {board.limit('bram36'):,} BRAM36"
+                   + (f" + {board.limit('uram'):,} URAM" if board.uram else ""))
+    for name, label in (("dsp", "DSP"), ("bram36", "BRAM36"), ("uram", "URAM"), ("lut", "LUT"), ("ff", "FF")):
+        used, limit, total = getattr(res, name), board.limit(name), getattr(board, name)
+        if np.isfinite(used) and used > limit:
+            share = getattr(board.ceilings, name)
+            pct = f": {used / limit:.1%} of the limit" if limit else ""
+            out.append(f"{label} {used:,.0f} over {limit:,} ({share:.0%} of {total:,}){pct}")
+    return out
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
-           tr_cap: int) -> np.ndarray:
+           tr_cap: int, *, packing: bool = True) -> np.ndarray:
     """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
 
     Memory use is monotone in TR, so a vectorised binary search is exact.
@@ -266,6 +284,6 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
         if not active.any():
             return lo
         mid = (lo + hi) // 2
-        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable)
+        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, packing=packing)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)

@@ -21,7 +21,8 @@ import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles, layer_inside
-from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr
+from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr, over_limits
+from fluidnpu.hw.regmap import packs_groups
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
 
@@ -56,6 +57,12 @@ class DSEOptions:
         if self.weights is not None:
             return np.asarray(self.weights, dtype=float)
         return np.ones(self.bmax)
+
+    @property
+    def packing(self) -> bool:
+        """Whether the engine is built to pack sample groups (generator parameter, hw NpuParams.packing):
+        static R and FC-only designs never do, so they get 2 input banks and no weight replication."""
+        return packs_groups(self.batching)
 
     def validate(self, board: Board) -> None:
         if not 1 <= self.bmax <= MAX_BMAX:
@@ -219,13 +226,13 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     n_layers = len(layers)
     weights = options.batch_weights()
 
-    TP, TC = enumerate_tp_tc(board.dsp)
+    TP, TC = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
-    TR = max_tr(TP, TC, board, options.bmax, n_layers, options.stackable, tr_cap)
+    TR = max_tr(TP, TC, board, options.bmax, n_layers, options.stackable, tr_cap, packing=options.packing)
     keep = TR >= 1
     TR, TP, TC = TR[keep], TP[keep], TC[keep]
     if TR.size == 0:
-        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}")
+        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
 
     reps, counts = unique_layers(layers)
     shapes = LayerShapes.of(reps)
@@ -271,9 +278,9 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
         raise FluidError(f"design <{TR}, {TP}, {TC}>: every size must be >= 1")
     n_layers = len(workload.layers())
     if not allow_oversize and not feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax,
-                                                   n_layers, options.stackable):
-        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name} "
-                         f"({TP * TC} of {board.dsp} DSPs; see `fluidnpu dse` for what does)")
+                                                   n_layers, options.stackable, packing=options.packing):
+        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, packing=options.packing)
+        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name}: " + "; ".join(over_limits(res, board)))
     clock = options.clock_mhz or board.clock_mhz
     return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
                    t0=time.perf_counter())
@@ -301,7 +308,8 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
-    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable)
+    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable,
+                                 packing=options.packing)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,

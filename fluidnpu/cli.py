@@ -67,12 +67,15 @@ def cli() -> None:
 @click.option("--clock", type=float, default=None, help="PL clock in MHz (default: the board's)")
 @click.option("--exits", default=None, help="ONNX only: comma-separated exit node/output names")
 @click.option("--exit-rates", default=None, help="ONNX only: exit probabilities incl. the final exit")
+@click.option("--ceiling", "ceilings", multiple=True, metavar="RES=SHARE",
+              help="largest share of a resource (dsp, bram36, uram, lut, ff) a design may use, e.g. lut=0.9 or "
+                   "lut=90%; repeatable (default: the board file's, else LUT/FF 80 %, the rest 100 %)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        output: str | None, plot: str | None, as_json: bool) -> None:
+        ceilings: tuple[str, ...], output: str | None, plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2)."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result
@@ -80,7 +83,7 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
 
     wl = load_model(model, tuple(x.strip() for x in exits.split(",")) if exits else (),
                     _csv_floats(exit_rates, "--exit-rates"))
-    brd = load_board(board)
+    brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock)
     result = explore_with_progress(wl, brd, opts, quiet=as_json)
@@ -103,6 +106,21 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
         out.print(f"design bundle written to [bold]{output}[/]")
     if plot:
         out.print(f"plot written to [bold]{plot}[/]")
+
+
+def parse_ceilings(items: tuple[str, ...]) -> dict[str, float]:
+    """`--ceiling lut=0.9 --ceiling ff=85%` -> {"lut": 0.9, "ff": 0.85} (validated by the Board)."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            share = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+        except ValueError:
+            share = float("nan")
+        if not sep or share != share:
+            raise FluidError(f"--ceiling {item!r}: expected RESOURCE=SHARE, e.g. lut=0.9 or lut=90%")
+        out[name.strip().lower()] = share
+    return out
 
 
 def explore_with_progress(wl: Any, brd: Any, opts: Any, quiet: bool = False) -> Any:
@@ -152,6 +170,8 @@ def print_summary(bundle) -> None:
         rt.add_column(col, justify="right")
     rt.add_row("used", str(res["dsp"]), f"{res['bram36']:g}", f"{res['uram']:g}", str(res["lut"]), str(res["ff"]))
     rt.add_row("of board", *(f"{100 * util.get(k, 0):.1f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
+    ceil = bundle.board.ceilings
+    rt.add_row("ceiling", *(f"{100 * getattr(ceil, k):.0f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     out.print(rt)
     pt = Table(title=f"performance (peak {d['performance']['peak_gops']:.1f} GOp/s)")
     pt.add_column("batch", justify="right")

@@ -24,14 +24,6 @@ from fluidnpu.hw.regmap import NpuParams
 from fluidnpu.hw.sequencer import Sequencer
 
 
-def banks(bmax: int) -> int:
-    """Input-buffer banks: a power of two >= max(2, Bmax), so bank = row % NB is a bit slice."""
-    nb = 2
-    while nb < bmax:
-        nb *= 2
-    return nb
-
-
 def nmax(TP: int, TC: int) -> int:
     """Longest vector one DMA command moves: an input row (2TP), a weight row (2TC), 16 bias words."""
     return max(2 * TP, 2 * TC, 16)
@@ -51,7 +43,7 @@ class Npu(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         p = self.params
-        NB, NMAX = banks(p.bmax), nmax(p.TP, p.TC)
+        NB, NMAX = p.banks, nmax(p.TP, p.TC)
         m.submodules.regs = regs = NpuRegisters(p)
         seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX)
         m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,

@@ -230,6 +230,32 @@ _ERROR_MESSAGES = {
 
 # ---- FBCB entries -------------------------------------------------------------------------------
 
+# Batching modes whose passes pack several sample groups side by side (docs/hw-architecture.md,
+# "Groups"); static R and FC-only batching run one group (BR = b) per pass.
+PACKING_BATCHINGS = ("fluid", "p")
+
+
+def packs_groups(batching: str) -> bool:
+    """Whether an engine built for this batching mode ever packs more than one group in a pass."""
+    return batching in PACKING_BATCHINGS
+
+
+def input_banks(bmax: int, packing: bool = True) -> int:
+    """Input-buffer banks NB of the RTL.
+
+    Packed groups read their own rows in the same cycle, one bank each, so an engine that packs
+    groups has a power of two >= max(2, Bmax) banks (the bank of a row is then a bit slice). An
+    engine that never packs (static R, FC-only) needs no more than the 2 the row interleaving uses:
+    fewer operand multiplexer inputs and fewer, fuller RAMs.
+    """
+    if not packing:
+        return 2
+    nb = 2
+    while nb < bmax:
+        nb *= 2
+    return nb
+
+
 def fbcb_br_bits(bmax: int) -> int:
     """Bits of BR-1 in an entry: ceil(log2 Bmax); 0 for Bmax = 1, where BR is always 1."""
     if bmax < 1:
@@ -312,6 +338,7 @@ class NpuParams:
     axi_dw: int = 64
     design_hash: int = 0
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
+    packing: bool = True    # False: the engine never packs sample groups (static R / FC-only designs)
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
@@ -325,6 +352,11 @@ class NpuParams:
     @property
     def fbcb_depth(self) -> int:
         return self.layers * self.bmax
+
+    @property
+    def banks(self) -> int:
+        """NB, the engine's input banks (`input_banks`)."""
+        return input_banks(self.bmax, self.packing)
 
     @property
     def fbcb_width(self) -> int:
@@ -344,7 +376,7 @@ class NpuParams:
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
-                   fbcb=tuple(fbcb_table(d)))
+                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d["dse"]["batching"]))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

@@ -218,7 +218,10 @@ class Sequencer(wiring.Component):
                     m.d.comb += [divs.start.eq(1), divs.dividend.eq(nPE), divs.divisor.eq(f["cout"])]
                     m.d.sync += div_started.eq(1)
                 with m.Elif(divs.done):
-                    m.d.sync += [g.eq(Mux(divs.quotient < BP, divs.quotient, BP)), cw.eq(f["cout"])]
+                    # never more groups than banks: an engine built without packing (NB = 2) still
+                    # runs an FBCB that asks for more groups, in more passes
+                    gmax = Mux(BP < NB, BP, NB)
+                    m.d.sync += [g.eq(Mux(divs.quotient < gmax, divs.quotient, gmax)), cw.eq(f["cout"])]
                     m.next = "LAST"
             with m.State("LAST"):         # groups of the last pass: BP - (npass-1)*g
                 m.d.sync += [acc.eq(BP), div_started.eq(0)]

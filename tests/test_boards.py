@@ -71,3 +71,37 @@ def test_unknown_board_and_bad_json(tmp_path):
     bad.write_text("[1, 2")
     with pytest.raises(FluidError, match="not valid JSON"):
         load_board(str(bad))
+
+
+def test_resource_ceilings_default_and_from_the_board_file(tmp_path):
+    zc706 = load_board("zc706")
+    # LUT/FF at 80 % leave room to route and close timing; the hard blocks may fill
+    assert zc706.limit("lut") == 174_880 and zc706.limit("ff") == 349_760
+    assert zc706.limit("dsp") == 900 and zc706.limit("bram36") == 545
+    data = json.loads((BOARD_DIR / "zc706.json").read_text())
+    data["ceilings"] = {"lut": 0.7, "bram36": 0.9}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    board = load_board(str(path))
+    assert board.limit("lut") == 153_020 and board.limit("bram36") == 490 and board.limit("ff") == 349_760
+    # a command-line override replaces one ceiling and keeps the rest; the bundle carries them
+    tight = board.with_ceilings(lut=0.5, ff=None)
+    assert tight.limit("lut") == 109_300 and tight.limit("bram36") == 490
+    from fluidnpu.boards.catalog import Board
+    assert Board.from_dict(tight.to_dict()) == tight
+    old = tight.to_dict()
+    del old["ceilings"]                   # a bundle written before ceilings existed
+    assert Board.from_dict(old).ceilings == zc706.ceilings
+
+
+@pytest.mark.parametrize("ceilings,msg", [({"lut": 1.5}, "ceilings"), ({"lut": 0}, "ceilings"),
+                                          ({"luts": 0.5}, "ceilings")])
+def test_bad_ceilings_are_refused(tmp_path, ceilings, msg):
+    data = json.loads((BOARD_DIR / "zc706.json").read_text())
+    data["ceilings"] = ceilings
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FluidError, match=msg):
+        load_board(str(path))
+    with pytest.raises(FluidError, match="ceiling"):
+        load_board("zc706").with_ceilings(lut=1.2)

@@ -29,7 +29,10 @@ def test_dse_json_and_bundle(resnet_bundle):
     path, summary = resnet_bundle
     assert summary["model"] == "ResNet-50" and summary["board"] == "zc706"
     d = summary["design"]
-    assert d["TP"] * d["TC"] <= 900 and summary["utilisation"]["dsp"] > 0.95
+    assert d["TP"] * d["TC"] <= 900
+    # every resource under the board's default ceilings (LUT/FF 80 %, the hard blocks 100 %)
+    ceilings = {"dsp": 1.0, "bram36": 1.0, "uram": 1.0, "lut": 0.8, "ff": 0.8}
+    assert all(summary["utilisation"][k] <= share for k, share in ceilings.items()), summary["utilisation"]
     assert len(summary["gops"]) == 8 and all(0 < g <= summary["peak_gops"] for g in summary["gops"])
     assert len(summary["segment_latency_ms"]) == 4
     bundle = load_bundle(path)
@@ -109,3 +112,10 @@ def test_dse_on_an_onnx_model_with_an_exit(tmp_path):
     bundle = load_bundle(tmp_path / "d.json")
     assert [layer.name for layer in bundle.workload.exits[0].head] == ["exit1.conv", "exit1.fc"]
     assert len(bundle.workload.backbone) == 5
+
+
+@pytest.mark.parametrize("arg", ["lut=1.5", "lut", "lut=abc", "luts=0.5", "lut=0%"])
+def test_dse_bad_ceiling_is_one_line(arg):
+    proc = run("dse", "-m", "resnet50", "-b", "zc706", "--ceiling", arg)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "ceiling" in proc.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from fluidnpu.boards import load_board
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, bram36_for, control_logic, design_resources, dma_words,
-                                         engine_logic, fbcb_bits, fbcb_lutram, input_banks, logic_use, max_tr,
+                                         engine_logic, fbcb_bits, fbcb_lutram, input_banks, logic_use, max_tr, memories,
                                          memory_use, replication_bits, uram_for)
 
 
@@ -56,7 +56,7 @@ def test_max_tr_is_largest_fitting(make_board):
 
 def test_uram_takes_big_buffers_on_ultrascale():
     zcu104 = load_board("zcu104")
-    bram, uram, ok = memory_use(np.array(8192), np.array(27), np.array(64), zcu104, 8)
+    bram, uram, ok = memory_use(np.array(4096), np.array(27), np.array(64), zcu104, 8)
     assert ok and uram > 0 and bram <= zcu104.bram36
     # the paper's <6832, 10, 172> needs 48 bits per (row, PE) here: it does not fit (docs/dse.md)
     assert not memory_use(np.array(6832), np.array(10), np.array(172), zcu104, 8)[2]
@@ -81,13 +81,50 @@ def _load_benchmark():
 
 def test_rtl_parameters_mirror_the_rtl():
     pytest.importorskip("amaranth")
-    from fluidnpu.hw.npu import banks, nmax
+    from fluidnpu.hw.npu import nmax
 
-    for bmax in range(1, 20):
-        assert input_banks(bmax) == banks(bmax)
     for tp in (1, 2, 7, 8, 9, 30):
         for tc in (1, 4, 8, 9, 128):
             assert dma_words(tp, tc) == nmax(tp, tc)
+
+
+def _rtl_memories(core) -> list[tuple[int, int]]:
+    """(depth, width) of every Memory the elaborated EngineCore instantiates."""
+    from amaranth.lib.memory import Memory
+
+    top = core.elaborate(None)
+    subs = [entry[0] for entry in top._named_submodules.values()] + [entry[0] for entry in top._anon_submodules]
+    return sorted((sub.depth, sub.shape.width) for sub in subs if isinstance(sub, Memory))
+
+
+@pytest.mark.parametrize("TR,TP,TC,bmax,packing", [
+    (1024, 2, 2, 2, True), (1000, 3, 5, 3, True), (37, 4, 4, 8, True), (515, 7, 3, 8, False), (64, 1, 9, 5, True),
+])
+def test_memories_are_the_rtls(TR, TP, TC, bmax, packing):
+    """memories() lists exactly the buffers hw/engine_core.py builds, shape for shape, so the BRAM/URAM
+    the DSE counts are the RTL's (tests/test_synth.py checks Yosys maps each shape as bram36_for says)."""
+    pytest.importorskip("amaranth")
+    from fluidnpu.hw.engine_core import EngineCore
+
+    nb = input_banks(bmax, packing)
+    model = sorted((int(depth), int(width)) for _, count, depth, width in memories(TR, TP, TC, bmax, packing=packing)
+                   for _ in range(count))
+    assert model == _rtl_memories(EngineCore(TR=TR, TP=TP, TC=TC, NB=nb))
+
+
+def test_unpacked_engine_has_two_banks_and_no_replication():
+    from fluidnpu.hw.regmap import NpuParams
+
+    assert input_banks(8, packing=False) == 2 and input_banks(8) == 8 and input_banks(5) == 8
+    assert NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3, packing=False).banks == 2
+    assert NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3).banks == 8
+    tp, tc = np.array([16, 24]), np.array([32, 37])
+    packed, _ = engine_logic(tp, tc, 8, True)
+    unpacked, _ = engine_logic(tp, tc, 8, True, packing=False)
+    # no replication network, and 2 instead of 8 operand-multiplexer inputs per lane bit
+    saved = (DEFAULT_LOGIC.lut_per_rep_bit * replication_bits(tc, 8)
+             + DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc * (8 - 2))
+    assert np.allclose(packed - unpacked, saved)
 
 
 def test_logic_is_control_plus_engine():

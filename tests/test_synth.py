@@ -174,7 +174,7 @@ def engine_report(tmp_path_factory):
 @needs_yosys
 def test_resource_model_matches_yosys_on_tiny_engine(engine_report):
     from fluidnpu.boards import load_board
-    from fluidnpu.dse.resource_model import bram36_for, design_resources, engine_logic
+    from fluidnpu.dse.resource_model import bram36_for, design_resources, engine_logic, memories
 
     tp, tc, nb = ENGINE["TP"], ENGINE["TC"], ENGINE["NB"]
     rep = engine_report.total
@@ -183,10 +183,11 @@ def test_resource_model_matches_yosys_on_tiny_engine(engine_report):
     lut, ff = engine_logic(tp, tc, nb, True)
     assert abs(lut - rep.lut) <= ENGINE_LUT_TOL * rep.lut, (float(lut), rep.lut)
     assert abs(ff - rep.ff) <= ENGINE_FF_TOL * rep.ff, (float(ff), rep.ff)
-    # every buffer takes the RAM primitives the model's bram36_for gives its shape
-    # (shapes from docs/hw-architecture.md: input NB x {lo, hi}, accumulators, double-buffered staging)
-    d_in, half = 2 * -(-(ENGINE["TR"] // nb) // 2), -(-ENGINE["TR"] // 2)
-    shape = {"in": (d_in, 16 * tp), "acc": (half, 32 * tc), "stage": (2 * half, 16 * tc)}
+    # every buffer takes the RAM primitives the model's bram36_for gives the shape memories() says it has
+    # (tests/test_resource_model.py checks those shapes are the RTL's), so per memory Yosys = model
+    shape = {kind: (int(depth), int(width)) for kind, (_, _, depth, width) in
+             zip(("in", "acc", "stage"), memories(ENGINE["TR"], tp, tc, nb))}
+    assert len(engine_report.memories) == sum(count for _, count, _, _ in memories(ENGINE["TR"], tp, tc, nb))
     for name, mem in engine_report.memories.items():
         kind = next(k for k in shape if name.split(".")[-1].startswith(k))
         assert mem.bram36 == float(bram36_for(*shape[kind])), name
