@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test bench bench-gpu eval docs-figures clean
+.PHONY: run test bench bench-gpu eval docs-figures synth-full clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,11 @@ eval: $(VENV)/.installed-dev
 docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/dse_report.py --out docs/figures
 	$(BIN)/python benchmarks/rtl_agreement.py --out docs/figures/rtl
+
+## make synth-full: Yosys synth_xilinx of the ResNet-50/ZC706 pick end to end beside the resource model
+## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test
+synth-full: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/synth_full.py
 
 clean:
 	rm -rf $(VENV) $(BUILD) .pytest_cache

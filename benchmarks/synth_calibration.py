@@ -112,12 +112,12 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     if reuse and cache.exists():
         return json.loads(cache.read_text())
     from fluidnpu.hw.engine_core import EngineCore
-    from fluidnpu.hw.npu import Npu, banks, nmax
+    from fluidnpu.hw.npu import Npu, nmax
     from fluidnpu.hw.regmap import NpuParams
     from fluidnpu.hw.synth import synthesize
 
     if cfg.scope == "engine":
-        top, name = EngineCore(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, NB=banks(cfg.bmax), nmax=nmax(cfg.TP, cfg.TC)), "core"
+        top, name = EngineCore(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, NB=input_banks(cfg.bmax), nmax=nmax(cfg.TP, cfg.TC)), "core"
     else:
         top, name = Npu(NpuParams(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, bmax=cfg.bmax, layers=cfg.layers,
                                   axi_dw=AXI_DW)), "npu"
@@ -232,26 +232,11 @@ def model_one(cfg: Config, costs: LogicCosts = DEFAULT_LOGIC) -> dict[str, Any]:
             "parts": parts, "rtl_org_bram36": rtl_b, "rtl_org_uram": rtl_u}
 
 
-def rtl_memories(TR: Any, TP: Any, TC: Any, bmax: int) -> list[tuple[str, int, Any, Any]]:
-    """The engine buffers as hw/engine_core.py builds them, in the shape of the model's `memories()`:
-    NB x {lanes [0,TP), [TP,2TP)} input memories of 2*ceil(ceil(TR/NB)/2) rows, both ib halves in
-    one memory; the output staging double-buffered (sb halves): 2 memories of 2*ceil(TR/2) rows."""
-    TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
-    nb = input_banks(bmax)
-    half = -(-TR // 2)
-    return [("input", 2 * nb, 2 * -(-(-(-TR // nb)) // 2), 16 * TP),
-            ("accumulator", 2, half, 32 * TC),
-            ("output", 2, 2 * half, 16 * TC)]
-
-
 def rtl_memory_use(cfg: Config) -> tuple[float | None, float | None, bool]:
-    """(BRAM36, URAM, fits) of the RTL's buffer organisation on cfg's board, placed by the model's own
-    memory_use with `memories` swapped for rtl_memories during the call (a what-if, not a change)."""
-    from unittest import mock
-
-    with mock.patch.object(resource_model, "memories", rtl_memories):
-        b, u, ok = resource_model.memory_use(np.array(cfg.TR), np.array(cfg.TP), np.array(cfg.TC),
-                                             load_board(cfg.board), cfg.bmax)
+    """(BRAM36, URAM, fits) of the RTL's buffers on cfg's board: the model's `memories()` are the RTL's
+    shapes (tests/test_resource_model.py), placed by `memory_use`."""
+    b, u, ok = resource_model.memory_use(np.array(cfg.TR), np.array(cfg.TP), np.array(cfg.TC),
+                                         load_board(cfg.board), cfg.bmax)
     return (float(b), float(u), True) if ok else (None, None, False)
 
 

@@ -376,7 +376,7 @@ class NpuParams:
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
-                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d["dse"]["batching"]))
+                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d.get("dse", {}).get("batching", "fluid")))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:
