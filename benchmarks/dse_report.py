@@ -74,6 +74,8 @@ def main() -> None:
         w.writeheader()
         w.writerows(rows)
     (out / "dse_designs.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "dse_picks.md").write_text(picks_markdown(rows))
+    print(picks_markdown(rows))
     for (model, board_name), series in curves.items():
         plot_gops(series, None, out / f"gops_vs_batch_{model}_{board_name}.png",
                   f"{model} backbone on {board_name}: each scheme's own DSE'd design")
@@ -82,12 +84,33 @@ def main() -> None:
 
 def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
     util = r.resources.utilisation(board)
+    board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     return {"model": model, "board": board_name, "workload": "with exits", "scheme": scheme,
             "TR": r.TR, "TP": r.TP, "TC": r.TC, "paper": "x".join(map(str, PAPER[model, board_name])),
             "dsp_pct": round(100 * util["dsp"], 2), "bram_pct": round(100 * util["bram36"], 2),
             "uram_pct": round(100 * util["uram"], 2), "lut_pct": round(100 * util["lut"], 2),
-            "ff_pct": round(100 * util["ff"], 2), "gops_b1": round(r.gops[0], 1), "gops_b8": round(r.gops[7], 1),
-            "peak_gops": round(r.peak_gops, 1), "designs": r.n_designs, "seconds": round(r.seconds, 2)}
+            "ff_pct": round(100 * util["ff"], 2), "gops_b1": round(r.gops[0], 1), "gops_b4": round(r.gops[3], 1),
+            "gops_b8": round(r.gops[7], 1),
+            "peak_gops": round(r.peak_gops, 1), "board_peak_gops": round(board_peak, 1),
+            **{f"board_peak_frac_b{b}": round(r.gops[b - 1] / board_peak, 4) for b in range(1, len(r.gops) + 1)},
+            "designs": r.n_designs, "seconds": round(r.seconds, 2)}
+
+
+def picks_markdown(rows: list[dict]) -> str:
+    """The four picks (both zoo models with exits on both boards, Fluid + Stackable PEs, Bmax 8) against
+    issue 7's targets: DSP >= 98 %, LUT <= 80 %, the rest <= 100 %, >= 88 % of the board's DSP peak for
+    ResNet-50 at b = 4..8."""
+    out = ["| model / board | pick <TR, TP, TC> | DSP | LUT | FF | BRAM36 | URAM | GOp/s b=1 | b=4 | b=8 "
+           "| share of board peak b=1 / b=4 / b=8 (min over b=4..8) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["workload"] != "with exits" or r["scheme"] != SCHEMES[0][0]:
+            continue
+        fr = [r[f"board_peak_frac_b{b}"] for b in range(1, 9)]
+        out.append(f"| {r['model']} / {r['board']} | <{r['TR']}, {r['TP']}, {r['TC']}> | {r['dsp_pct']:.1f} % | "
+                   f"{r['lut_pct']:.1f} % | {r['ff_pct']:.1f} % | {r['bram_pct']:.1f} % | {r['uram_pct']:.1f} % | "
+                   f"{r['gops_b1']:.1f} | {r['gops_b4']:.1f} | {r['gops_b8']:.1f} | "
+                   f"{100 * fr[0]:.1f} / {100 * fr[3]:.1f} / {100 * fr[7]:.1f} % ({100 * min(fr[3:]):.1f} %) |")
+    return "\n".join(out) + "\n"
 
 
 def paper_points() -> list[dict]:
