@@ -3,7 +3,7 @@
 `write_vivado_project(bundle, outdir)` writes into `outdir`:
 
 * `rtl/` — the NPU Verilog, the `fluidnpu_top` wrapper and the register map
-  (`hw/cli.generate_rtl`, exactly what `fluidnpu rtl` writes);
+  (`hw/rtl_gen.generate_rtl`, exactly what `fluidnpu rtl` writes);
 * `package_ip.tcl` — packages `fluidnpu_top` as the IP `hw/regmap.VLNV` into
   `ip/`: bus interfaces inferred from the wrapper's X_INTERFACE attributes and
   associated with `aclk`, the s_axi register window (`WINDOW_BYTES`), and a
@@ -33,6 +33,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import write_text
 
 BD_NAME = "fluidnpu_bd"
 NPU_CELL = "npu"
@@ -497,7 +498,7 @@ placed, routed or timed by the generator.
 
 def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "design.json") -> dict[str, Any]:
     """Write the RTL and the Vivado scripts for `bundle` into `outdir`; returns the `--json` summary."""
-    from fluidnpu.hw.cli import generate_rtl
+    from fluidnpu.hw.rtl_gen import generate_rtl
     from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash
 
     target = resolve_target(bundle)  # refuse before the (slow) RTL generation
@@ -527,7 +528,7 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     written = {}
     for key, (name, text) in files.items():
         path = outdir / name
-        path.write_text(text)
+        write_text(path, text)
         written[key] = str(path)
     (outdir / "build.sh").chmod(0o755)
     ps = target.ps
@@ -540,7 +541,3 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
                                               "xsa": f"{OUTPUT_BASENAME}.xsa"},
         "files": {**written, "rtl": {k: v for k, v in rtl["files"].items()}},
     }
-
-
-def summary_json(summary: Mapping[str, Any]) -> str:
-    return json.dumps(summary, indent=1)
