@@ -33,7 +33,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import write_text
+from fluidnpu.output import make_dir, write_text
 
 BD_NAME = "fluidnpu_bd"
 NPU_CELL = "npu"
@@ -502,7 +502,7 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash
 
     target = resolve_target(bundle)  # refuse before the (slow) RTL generation
-    outdir = Path(outdir)
+    outdir = make_dir(outdir)
     rtl = generate_rtl(bundle, outdir / "rtl")
     if rtl["axi_dw"] != target.hp_width:
         raise FluidError(f"the generated NPU's m_axi is {rtl['axi_dw']} bits (CFG_AXI_DW) but board "

@@ -88,12 +88,16 @@ def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", p
         check_positive(timeout_s, "--timeout (s)")
     if bmax is not None and not 1 <= bmax <= (64 if design else 16):
         raise FluidError(f"--bmax must be in 1..{64 if design else 16}, got {bmax}")
-    _, qnet, xte, yte = load_network(model)
-    if isinstance(design, str):
+    if isinstance(design, str):  # a bad file is refused before the network is trained and quantised
         from fluidnpu.scheduler_fw.latency import load_design
 
-        bundle = load_design(design)
-        source = design
+        design_path, design = design, load_design(design)
+    else:
+        design_path = None
+    _, qnet, xte, yte = load_network(model)
+    if design_path is not None:
+        bundle = design
+        source = design_path
         _check_design(bundle, qnet)
     elif design is not None:
         bundle = design

@@ -22,8 +22,10 @@ def rtl_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
     """Generate the NPU's Verilog, a Vivado top (fluidnpu_top) and the register map for DESIGN.json."""
     from fluidnpu.bundle import load_bundle
     from fluidnpu.hw.rtl_gen import generate_rtl
+    from fluidnpu.output import make_dir
 
     bundle = load_bundle(bundle_path)
+    make_dir(outdir)  # an unwritable -o fails before the RTL is built
     summary = generate_rtl(bundle, Path(outdir))
     if as_json:
         emit_json(summary)
