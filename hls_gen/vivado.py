@@ -498,12 +498,12 @@ placed, routed or timed by the generator.
 
 def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "design.json") -> dict[str, Any]:
     """Write the RTL and the Vivado scripts for `bundle` into `outdir`; returns the `--json` summary."""
-    from fluidnpu.hw.rtl_gen import generate_rtl
-    from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash
+    from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, NpuParams, design_hash
+    from fluidnpu.hw.rtl_gen import generate_rtl, self_check
 
     target = resolve_target(bundle)  # refuse before the (slow) RTL generation
     outdir = make_dir(outdir)
-    rtl = generate_rtl(bundle, outdir / "rtl")
+    rtl = generate_rtl(bundle, outdir / "rtl", check=False)  # checked below, with the Tcl
     if rtl["axi_dw"] != target.hp_width:
         raise FluidError(f"the generated NPU's m_axi is {rtl['axi_dw']} bits (CFG_AXI_DW) but board "
                          f"{target.board}'s HP port is {target.hp_width} bits (hp_width_bits)")
@@ -531,6 +531,7 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
         write_text(path, text)
         written[key] = str(path)
     (outdir / "build.sh").chmod(0o755)
+    rtl["verilog_check"] = self_check(outdir / "rtl", NpuParams.from_bundle(bundle, axi_dw=rtl["axi_dw"]))
     ps = target.ps
     return {
         "outdir": str(outdir), "board": target.board, "part": target.part, "ps": ps.ip.rpartition(":")[2],
@@ -540,4 +541,5 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
         "design_hash": want_hash, "outputs": {"bit": f"{OUTPUT_BASENAME}.bit", "hwh": f"{OUTPUT_BASENAME}.hwh",
                                               "xsa": f"{OUTPUT_BASENAME}.xsa"},
         "files": {**written, "rtl": {k: v for k, v in rtl["files"].items()}},
+        "verilog_check": rtl["verilog_check"],
     }

@@ -42,8 +42,25 @@ def _to_verilog(top: Any) -> str:
     return to_verilog(top, INNER_MODULE, emit_src=False)
 
 
-def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
-    """Write every output for `bundle` into `outdir`; returns the summary `--json` prints."""
+def self_check(outdir: Path, params: Any) -> dict[str, Any]:
+    """hw/verilog_check.py on the files in `outdir` (and the Tcl next to it, if any): a one-line
+    FluidError when the generated Verilog disagrees with the register map, the wrapper or the Tcl."""
+    try:
+        import pyverilog  # noqa: F401
+    except ModuleNotFoundError:
+        return {"parser": "pyverilog", "status": "skipped: pyverilog is not installed"}
+    from fluidnpu.hw.verilog_check import check_files
+
+    problems = check_files(outdir, params)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise FluidError(f"the generated RTL in {outdir} fails its pyverilog self-check: {problems[0]}{more}")
+    return {"parser": "pyverilog", "status": "ok"}
+
+
+def generate_rtl(bundle: Any, outdir: Path, *, check: bool = True) -> dict[str, Any]:
+    """Write every output for `bundle` into `outdir`; returns the summary `--json` prints.
+    `check`: parse what was written with pyverilog and check it (`self_check`)."""
     from fluidnpu.hw.export import write_exports
     from fluidnpu.hw.regmap import NpuParams
     from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, top_ports, vivado_wrapper
@@ -75,4 +92,5 @@ def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
         "fbcb": {"entries": params.fbcb_depth, "entry_bits": params.fbcb_width,
                  "bits": params.fbcb_depth * params.fbcb_width},
         "design_hash": f"0x{params.design_hash:08X}",
+        "verilog_check": self_check(outdir, params) if check else None,
     }
