@@ -138,7 +138,7 @@ def models(as_json: bool) -> None:
     """List the built-in models."""
     from fluidnpu.zoo import MODELS
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, build in MODELS.items():
         wl = build()
         rows.append({"name": name, "gemm_layers": len(wl.backbone), "gmac": wl.backbone_macs / 1e9,

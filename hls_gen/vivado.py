@@ -27,7 +27,6 @@ machine that has Vivado.
 from __future__ import annotations
 
 from dataclasses import dataclass
-import json
 from pathlib import Path
 import re
 from typing import Any, Callable, Mapping

@@ -522,7 +522,7 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     ps_props = fake.props["/ps"]
     assert float(ps_props[exp["clock_key"]]) == bundle.clock_mhz == exp["clock"]
     assert int(ps_props[exp["width_key"]]) == exp["width"] == bundle.board.hp_width_bits
-    assert f"the PS makes" not in printed  # the stand-in makes the clock asked for
+    assert "the PS makes" not in printed  # the stand-in makes the clock asked for
     # every NPU interface is connected, and to the right place
     assert fake.cells["npu"] == VLNV
 
