@@ -109,6 +109,18 @@ def test_board_files_are_refused_in_one_line(capsys, bad_files):
         assert "board file" in line
 
 
+def test_onnx_model_files_are_refused_in_one_line(capsys, tmp_path):
+    pytest.importorskip("onnx")
+    (tmp_path / "dir.onnx").mkdir()
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "a.onnx").symlink_to(tmp_path / "b.onnx")
+    (tmp_path / "b.onnx").symlink_to(tmp_path / "a.onnx")
+    (tmp_path / "garbage.onnx").write_bytes(b"\x00\xff not protobuf" * 4)
+    for name, word in (("dir.onnx", "directory"), ("empty.onnx", "empty"), ("a.onnx", "symbolic link"),
+                       ("nope.onnx", "no such file"), ("garbage.onnx", "garbage.onnx")):
+        assert_one_line(capsys, "dse", "-m", str(tmp_path / name), "-b", "zc706", word=word)
+
+
 def test_every_writer_refuses_an_unwritable_path_in_one_line(capsys, tmp_path, good_bundle):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
