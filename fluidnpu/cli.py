@@ -299,10 +299,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `fluidnpu ... | head`: the reader left; nothing to report
+        sys.exit(1)
     except OSError as exc:
         # The last net under fluidnpu.output: a writer that did not go through it still ends in one line.
-        err.print(f"[bold red]error:[/] {os_error_message(exc, exc.filename or '', 'access')}", highlight=False,
-                  soft_wrap=True)
+        what = os_error_message(exc, exc.filename, "access") if exc.filename else (exc.strerror or str(exc))
+        err.print(f"[bold red]error:[/] {what}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -144,6 +144,18 @@ def test_every_writer_refuses_an_unwritable_path_in_one_line(capsys, tmp_path, g
     assert_one_line(capsys, "rtl", b, "-o", str(blocker), word="is a file")
 
 
+def test_an_os_error_outside_fluidnpu_output_still_ends_in_one_line(capsys, monkeypatch):
+    """main()'s last net: a writer that bypasses fluidnpu.output (e.g. a plotting library) cannot traceback."""
+    from fluidnpu import cli
+
+    def deny(obj):
+        raise PermissionError(13, "Permission denied", "/somewhere/figure.png")
+
+    monkeypatch.setattr(cli, "emit_json", deny)
+    line = assert_one_line(capsys, "models", "--json", word="cannot access /somewhere/figure.png")
+    assert "permission denied" in line
+
+
 def test_unreadable_file_is_one_line(monkeypatch, tmp_path):
     """Permission bits do not stop root, so the OS error is injected where the file is read."""
     from fluidnpu import output
