@@ -301,13 +301,13 @@ def bundle_data(good_bundle):
     return json.loads(good_bundle.read_text())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_bundles_never_raise_a_traceback(tmp_path, bundle_data, data):
     _check_loader(load_bundle, tmp_path, data.draw(mutated(bundle_data)))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_fuzzed_board_files_never_raise_a_traceback(tmp_path, data):
     board = json.loads((BOARD_DIR / "zc706.json").read_text())
