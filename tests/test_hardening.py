@@ -156,6 +156,14 @@ def test_an_os_error_outside_fluidnpu_output_still_ends_in_one_line(capsys, monk
     assert "permission denied" in line
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_one_line():
+    from fluidnpu.output import write_text
+
+    with pytest.raises(FluidError, match="cannot write design bundle /dev/full: no space left on the device"):
+        write_text("/dev/full", "x" * 100000, "design bundle")
+
+
 def test_unreadable_file_is_one_line(monkeypatch, tmp_path):
     """Permission bits do not stop root, so the OS error is injected where the file is read."""
     from fluidnpu import output
