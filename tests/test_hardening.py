@@ -196,6 +196,20 @@ def test_dse_design_writes_a_consistent_bundle_of_exactly_that_design(capsys, tm
     assert bundle.data["resources"] == ref.resources.to_dict()
 
 
+def test_dse_design_of_the_searched_pick_gives_the_searched_bundle(capsys, tmp_path):
+    """Asking for the design the search picks gives the same tables: only the search's own record differs."""
+    board = str(REPO / "docs" / "examples" / "zc706_16dsp.json")
+    common = ["dse", "-m", "digits-ee", "-b", board, "--bmax", "4"]
+    assert run_cli(capsys, *common, "-o", str(tmp_path / "s.json"))[0] == 0
+    searched = load_bundle(tmp_path / "s.json")
+    design = ",".join(map(str, searched.design))
+    assert run_cli(capsys, *common, "--design", design, "-o", str(tmp_path / "g.json"))[0] == 0
+    given = load_bundle(tmp_path / "g.json")
+    for key in ("board", "clock_mhz", "design", "bmax", "workload", "fbcb", "latency", "resources", "performance"):
+        assert given.data[key] == searched.data[key], key
+    assert given.data["dse"]["score_gops"] is None and given.data["dse"]["designs_evaluated"] == 1
+
+
 def test_dse_design_that_does_not_fit_names_the_resource_and_the_excess(capsys):
     line = assert_one_line(capsys, "dse", "-m", "resnet50", "-b", "zc706", "--design", "4652,7,128",
                            word="does not fit zc706")
