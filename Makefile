@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test bench bench-gpu eval docs-figures synth-full clean
+.PHONY: run test lint bench bench-gpu eval docs-figures synth-full clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,9 +23,18 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed-run
 	$(BIN)/fluidnpu flow --out $(BUILD)
 
-## make test: set up with dev dependencies, then the whole suite
-test: $(VENV)/.installed-dev
+## make test: set up with dev dependencies, lint (ruff + mypy), then the whole suite
+test: lint
 	$(BIN)/python -m pytest -q -n 2
+
+## make lint: ruff, then mypy on the installed layout (fluidnpu.<folder>), mirrored with symlinks in build/typecheck
+TYPECHECK := $(BUILD)/typecheck
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check --quiet .
+	rm -rf $(TYPECHECK)/fluidnpu && mkdir -p $(TYPECHECK)/fluidnpu
+	for f in fluidnpu/*.py fluidnpu/zoo dse hw hls_gen boards host_driver scheduler_fw sim_tb; do \
+		ln -s $(CURDIR)/$$f $(TYPECHECK)/fluidnpu/$$(basename $$f); done
+	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir .mypy_cache -p fluidnpu
 
 ## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev

@@ -263,16 +263,11 @@ def cost_columns(cfgs: list[Config], part: str) -> tuple[dict[str, dict[str, np.
 
 # ---------------------------------------------------------------- fitting
 def fit_nonneg(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with every coefficient >= 0 (a cost cannot be negative): solve, pin the most
-    negative coefficient to zero, repeat."""
-    free = np.ones(X.shape[1], bool)
-    while True:
-        coef = np.zeros(X.shape[1])
-        if free.any():
-            coef[free] = np.linalg.lstsq(X[:, free], y, rcond=None)[0]
-        if (coef >= -1e-12).all():
-            return np.maximum(coef, 0.0)
-        free[np.argmin(coef)] = False
+    """Least squares with every coefficient >= 0 (a cost cannot be negative): scipy's NNLS
+    (Lawson-Hanson active set), the exact non-negative least-squares solution."""
+    from scipy.optimize import nnls
+
+    return nnls(X, y)[0]
 
 
 def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import read_json
 from fluidnpu.schema import check
 
 BOARD_DIR = Path(__file__).resolve().parent
@@ -188,13 +189,7 @@ def load_board(name_or_path: str) -> Board:
         if not path.suffix == ".json" and not path.exists():
             raise FluidError(f"unknown board {name_or_path!r}; built-in boards: {', '.join(builtin_boards())} "
                              "(or a board .json file)")
-        if not path.is_file():
-            raise FluidError(f"board file {name_or_path} does not exist")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FluidError(f"board file {path}: not valid JSON ({exc})") from None
-    return board_from_data(data, f"board file {path}")
+    return board_from_data(read_json(path, "board file"), f"board file {path}")
 
 
 def board_sources(name: str) -> dict[str, str]:

@@ -79,6 +79,10 @@ def plot_gops(series: dict[str, Sequence[float]], peak: float | None, path: str 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from fluidnpu.output import writing
+
+    try:
+        with writing(path, "plot") as target:
+            fig.savefig(target, dpi=120)
+    finally:
+        plt.close(fig)

@@ -254,20 +254,36 @@ def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Boar
             & (ff <= board.limit("ff")))
 
 
-def over_limits(res: "Resources", board: Board) -> list[str]:
+def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = None) -> list[str]:
     """What a design's resources exceed on a board under its ceilings, one phrase each
-    ('LUT 197,009 over 174,880 (80 % of 218,600): 112.7 % of the limit'); empty when it fits."""
+    ('LUTs: needs 197,009 of 174,880 (22,129 over, 113 %; ceiling 80 % of 218,600)'); empty when it fits.
+
+    `buffers_bram36` is the buffers' need counted all in BRAM36, reported when no BRAM/URAM
+    placement fits (the resources then hold infinity)."""
     out = []
     if not (np.isfinite(res.bram36) and np.isfinite(res.uram)):
-        out.append(f"on-chip buffers: no BRAM/URAM placement fits {board.limit('bram36'):,} BRAM36"
-                   + (f" + {board.limit('uram'):,} URAM" if board.uram else ""))
-    for name, label in (("dsp", "DSP"), ("bram36", "BRAM36"), ("uram", "URAM"), ("lut", "LUT"), ("ff", "FF")):
+        have = board.limit("bram36")
+        need = f"need {buffers_bram36:,.0f} BRAM36 of {have:,} ({buffers_bram36 - have:,.0f} over)" \
+            if buffers_bram36 is not None else f"no BRAM36 placement fits {have:,}"
+        out.append(f"on-chip buffers: {need}" + (f" (nor in BRAM36 + {board.limit('uram'):,} URAM)"
+                                                 if board.uram else ""))
+    for name, label in (("dsp", "DSPs"), ("bram36", "BRAM36"), ("uram", "URAM"), ("lut", "LUTs"), ("ff", "FFs")):
         used, limit, total = getattr(res, name), board.limit(name), getattr(board, name)
         if np.isfinite(used) and used > limit:
+            if not limit:
+                out.append(f"{label}: needs {used:,.0f}, {board.name} has none")
+                continue
             share = getattr(board.ceilings, name)
-            pct = f": {used / limit:.1%} of the limit" if limit else ""
-            out.append(f"{label} {used:,.0f} over {limit:,} ({share:.0%} of {total:,}){pct}")
+            ceiling = f"; ceiling {share:.0%} of {total:,}" if share < 1 else ""
+            out.append(f"{label}: needs {used:,.0f} of {limit:,} ({used - limit:,.0f} over, "
+                       f"{100 * used / limit:.0f} %{ceiling})")
     return out
+
+
+def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, packing: bool = True) -> float:
+    """The engine's buffers counted all in BRAM36 (what a refused design would need without URAM)."""
+    return float(sum(count * bram36_for(depth, width)
+                     for _, count, depth, width in memories(TR, TP, TC, bmax, packing=packing)))
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,

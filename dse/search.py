@@ -21,7 +21,8 @@ import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles, layer_inside
-from fluidnpu.dse.resource_model import Resources, design_resources, feasible_designs, max_tr, over_limits
+from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
+                                         over_limits)
 from fluidnpu.hw.regmap import packs_groups
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
@@ -280,7 +281,9 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     if not allow_oversize and not feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax,
                                                    n_layers, options.stackable, packing=options.packing):
         res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, packing=options.packing)
-        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name}: " + "; ".join(over_limits(res, board)))
+        need = buffers_bram36(TR, TP, TC, options.bmax, packing=options.packing)
+        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name} at Bmax {options.bmax}: "
+                         + "; ".join(over_limits(res, board, need)))
     clock = options.clock_mhz or board.clock_mhz
     return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
                    t0=time.perf_counter())

@@ -3,12 +3,17 @@
 It holds the board, clock, design point, Bmax, the workload with its exits,
 the Fluid Batching Control Block table, the latency tables the scheduler uses,
 and the resource and performance estimates. `load_bundle` schema-checks and
-cross-checks it, so a corrupt or hand-edited file is refused with one line.
+cross-checks it, and compares its integrity record (a digest of every field the
+DSE computed), so a corrupt or hand-edited file is refused with one line that
+names the field: the FBCB, the latency tables and the resources are computed
+for one design, and editing the design (or any of them) by hand breaks that.
+A user who wants a specific design asks for it: `fluidnpu dse --design TR,TP,TC`.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -19,11 +24,14 @@ from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import K_CODE_TO_K, EngineTiming
 from fluidnpu.dse.resource_model import fbcb_bits
 from fluidnpu.errors import FluidError
+from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
 
 FORMAT = "fluidnpu-design"
-VERSION = 1
+VERSION = 2  # 2: the integrity record; version 1 bundles are refused with how to regenerate them
+INTEGRITY_ALGORITHM = "sha256-64 of each field's canonical JSON"
+_NOT_COVERED = ("format", "version", "generator", "integrity")
 
 _INT = {"type": "integer"}
 _POS = {"type": "integer", "minimum": 1}
@@ -37,7 +45,7 @@ def _matrix(item: dict[str, Any]) -> dict[str, Any]:
 BUNDLE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["format", "version", "generator", "board", "clock_mhz", "design", "bmax", "dse", "workload",
-                 "fbcb", "latency", "resources", "performance"],
+                 "fbcb", "latency", "resources", "performance", "integrity"],
     "properties": {
         "format": {"const": FORMAT},
         "version": {"const": VERSION},
@@ -64,8 +72,51 @@ BUNDLE_SCHEMA: dict[str, Any] = {
         "resources": {"type": "object", "required": ["dsp", "bram36", "uram", "lut", "ff"]},
         "performance": {"type": "object", "required": ["gops", "peak_gops", "total_cycles"],
                         "properties": {"gops": {"type": "array", "items": _NUM}}},
+        "integrity": {"type": "object", "required": ["algorithm", "fields"],
+                      "properties": {"algorithm": {"const": INTEGRITY_ALGORITHM},
+                                     "fields": {"type": "object", "additionalProperties": {"type": "string"}}}},
     },
 }
+
+
+def _digest(value: Any) -> str:
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def field_digests(data: dict[str, Any]) -> dict[str, str]:
+    """The integrity record's digests: one per second-level field ('design.TP', 'fbcb.entries', ...)
+    and per top-level scalar ('bmax', 'clock_mhz'), so a mismatch names the field that was edited."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if key in _NOT_COVERED:
+            continue
+        if isinstance(value, dict):
+            out.update({f"{key}.{sub}": _digest(v) for sub, v in value.items()})
+        else:
+            out[key] = _digest(value)
+    return out
+
+
+def seal(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with its integrity record (computed over what the DSE wrote)."""
+    return data | {"integrity": {"algorithm": INTEGRITY_ALGORITHM, "fields": field_digests(data)}}
+
+
+def check_integrity(data: dict[str, Any], what: str) -> None:
+    """Refuse, in one line naming the field, a bundle edited after the DSE wrote it."""
+    want = data["integrity"]["fields"]
+    have = field_digests(data)
+    for name in [*want, *(k for k in have if k not in want)]:
+        if want.get(name) != have.get(name):
+            change = ("was removed" if name not in have else "was added" if name not in want
+                      else "was changed")
+            d = data.get("design", {})
+            given = ",".join(str(d.get(k, k)) for k in ("TR", "TP", "TC"))
+            raise FluidError(f"{what}: {name} {change} after the DSE computed this bundle (its integrity digest "
+                             "disagrees), so its FBCB, latency tables and resources do not belong to it; for a "
+                             f"consistent bundle of a given design run `fluidnpu dse --model M --board B "
+                             f"--design {given} -o FILE`")
 
 
 @dataclass(frozen=True)
@@ -128,7 +179,7 @@ class Bundle:
         return [list(map(float, row)) for row in self.data["latency"]["segment_seconds"]]
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.data, indent=1) + "\n")
+        write_text(path, json.dumps(self.data, indent=1) + "\n", "design bundle")
 
     def _cross_check(self) -> None:
         d = self.data
@@ -202,27 +253,43 @@ def bundle_from_result(result: Any) -> Bundle:
             "utilisation": [g / result.peak_gops for g in result.gops],
         },
     }
-    return Bundle(data)
+    return Bundle(seal(data))
+
+
+def design_summary(bundle: Bundle) -> dict[str, Any]:
+    """The figures people look at, as a JSON-able dict (`fluidnpu dse/show --json`)."""
+    d = bundle.data
+    TR, TP, TC = bundle.design
+    return {
+        "model": bundle.workload.name, "board": bundle.board.name, "clock_mhz": bundle.clock_mhz,
+        "bmax": bundle.bmax, "batching": d["dse"]["batching"], "stackable": d["dse"]["stackable"],
+        "design": {"TR": TR, "TP": TP, "TC": TC}, "searched": d["dse"].get("score_gops") is not None,
+        "designs_evaluated": d["dse"].get("designs_evaluated"), "dse_seconds": d["dse"].get("seconds"),
+        "resources": d["resources"], "utilisation": d.get("utilisation", {}),
+        "gops": d["performance"]["gops"], "peak_gops": d["performance"]["peak_gops"],
+        "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],
+        "exits": [{"name": e.name, "position": e.position, "rate": e.rate} for e in bundle.workload.exits],
+    }
 
 
 def load_bundle(path: str | Path) -> Bundle:
     """Read and check a design bundle; any problem is a one-line FluidError."""
     p = Path(path)
-    if not p.is_file():
-        raise FluidError(f"design bundle {p} does not exist")
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FluidError(f"design bundle {p}: not valid JSON ({exc})") from None
+    data = read_json(p, "design bundle")
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise FluidError(f"design bundle {p}: not a fluidnpu design bundle (format {found!r}, expected {FORMAT!r})")
+    if data.get("version") == 1:
+        raise FluidError(f"design bundle {p}: version 1 predates the integrity record of version {VERSION}; "
+                         "regenerate it with `fluidnpu dse ... -o FILE` (add --design TR,TP,TC to keep its design)")
     if data.get("version") != VERSION:
-        raise FluidError(f"design bundle {p}: version {data.get('version')} is not supported (this is v{VERSION})")
+        raise FluidError(f"design bundle {p}: version {data.get('version')!r} is not supported (this is v{VERSION})")
     check(BUNDLE_SCHEMA, data, f"design bundle {p}")
     try:
-        return Bundle(data, origin=str(p))
-    except (KeyError, TypeError, ValueError) as exc:
+        bundle = Bundle(data, origin=str(p))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         if isinstance(exc, FluidError):
             raise
         raise FluidError(f"design bundle {p}: malformed ({type(exc).__name__}: {exc})") from None
+    check_integrity(data, f"design bundle {p}")
+    return bundle

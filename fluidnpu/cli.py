@@ -6,38 +6,18 @@ code 2; figures go to stdout as rich tables, or as JSON with --json.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 import sys
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
 from rich.table import Table
 
+from fluidnpu.design import evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design
 from fluidnpu.errors import FluidError
+from fluidnpu.output import check_writable, emit_json, err, os_error_message, out
 
-# Piped or redirected output keeps whole tables rather than folding them at 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
-
-
-def _emit_json(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=1))
-
-
-def load_model(model: str, exits: tuple[str, ...] = (), exit_rates: tuple[float, ...] | None = None):
-    """A zoo model by name, or an ONNX file by path."""
-    from fluidnpu.zoo import zoo_model
-
-    if model.lower().endswith(".onnx"):
-        from fluidnpu.onnx_import import load_onnx
-
-        return load_onnx(model, exits=exits, exit_rates=exit_rates)
-    if exits or exit_rates:
-        raise FluidError("--exits/--exit-rates apply to ONNX models; zoo models carry their own exits")
-    return zoo_model(model)
+_emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
 
 
 def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:
@@ -58,38 +38,50 @@ def cli() -> None:
 @cli.command()
 @click.option("--model", "-m", required=True, help="resnet50, inceptionv3, or a path to an .onnx file")
 @click.option("--board", "-b", required=True, help="zc706, zcu104, or a path to a board .json file")
-@click.option("--bmax", default=8, show_default=True, type=int, help="largest batch size the NPU serves")
+@click.option("--bmax", default=8, show_default=True, type=click.IntRange(min=1),
+              help="largest batch size the NPU serves")
 @click.option("--batching", default="fluid", show_default=True,
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
 @click.option("--no-stackable", is_flag=True, help="plain PEs only (k = 1)")
-@click.option("--fixed-batch", type=int, default=None, help="optimise for this one batch size only (baselines)")
+@click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
+              help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
-@click.option("--clock", type=float, default=None, help="PL clock in MHz (default: the board's)")
+@click.option("--clock", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="PL clock in MHz (default: the board's)")
 @click.option("--exits", default=None, help="ONNX only: comma-separated exit node/output names")
 @click.option("--exit-rates", default=None, help="ONNX only: exit probabilities incl. the final exit")
 @click.option("--ceiling", "ceilings", multiple=True, metavar="RES=SHARE",
               help="largest share of a resource (dsp, bram36, uram, lut, ff) a design may use, e.g. lut=0.9 or "
                    "lut=90%; repeatable (default: the board file's, else LUT/FF 80 %, the rest 100 %)")
+@click.option("--design", "given", default=None, metavar="TR,TP,TC",
+              help="evaluate exactly this design (no search): its resources, FBCB and tables, or why it does not fit")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], output: str | None, plot: str | None, as_json: bool) -> None:
-    """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2)."""
+        ceilings: tuple[str, ...], given: str | None, output: str | None, plot: str | None,
+        as_json: bool) -> None:
+    """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
-    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.bundle import bundle_from_result, design_summary
     from fluidnpu.dse.search import DSEOptions
 
+    design = parse_design(given) if given else None
+    for path, what in ((output, "design bundle"), (plot, "plot")):
+        if path:
+            check_writable(path, what)
     wl = load_model(model, tuple(x.strip() for x in exits.split(",")) if exits else (),
                     _csv_floats(exit_rates, "--exit-rates"))
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock)
-    result = explore_with_progress(wl, brd, opts, quiet=as_json)
+    if design:
+        result = evaluate_given(wl, brd, opts, design)
+    else:
+        result = explore_with_progress(wl, brd, opts, quiet=as_json)
     bundle = bundle_from_result(result)
     if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
         bundle.save(output)
     if plot:
         from fluidnpu.dse.report import plot_gops
@@ -99,59 +91,13 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
                   f"{wl.name} on {brd.name}")
     summary = design_summary(bundle)
     if as_json:
-        _emit_json(summary | {"bundle": output, "plot": plot})
+        emit_json(summary | {"bundle": output, "plot": plot})
         return
     print_summary(bundle)
     if output:
         out.print(f"design bundle written to [bold]{output}[/]")
     if plot:
         out.print(f"plot written to [bold]{plot}[/]")
-
-
-def parse_ceilings(items: tuple[str, ...]) -> dict[str, float]:
-    """`--ceiling lut=0.9 --ceiling ff=85%` -> {"lut": 0.9, "ff": 0.85} (validated by the Board)."""
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            share = float(value[:-1]) / 100 if value.endswith("%") else float(value)
-        except ValueError:
-            share = float("nan")
-        if not sep or share != share:
-            raise FluidError(f"--ceiling {item!r}: expected RESOURCE=SHARE, e.g. lut=0.9 or lut=90%")
-        out[name.strip().lower()] = share
-    return out
-
-
-def explore_with_progress(wl: Any, brd: Any, opts: Any, quiet: bool = False) -> Any:
-    """The exhaustive DSE with a progress bar on stderr (hidden when `quiet` and stderr is not a terminal)."""
-    from fluidnpu.dse.search import explore
-
-    opts.validate(brd)
-    with Progress(TextColumn("[bold]DSE[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err, transient=True, disable=quiet and not err.is_terminal) as prog:
-        task = prog.add_task(f"{wl.name} on {brd.name}", total=None)
-
-        def progress(done: int, total: int) -> None:
-            prog.update(task, completed=done, total=total)
-
-        return explore(wl, brd, opts, progress=progress)
-
-
-def design_summary(bundle) -> dict[str, Any]:
-    """The figures people look at, as a JSON-able dict."""
-    d = bundle.data
-    TR, TP, TC = bundle.design
-    return {
-        "model": bundle.workload.name, "board": bundle.board.name, "clock_mhz": bundle.clock_mhz,
-        "bmax": bundle.bmax, "batching": d["dse"]["batching"], "stackable": d["dse"]["stackable"],
-        "design": {"TR": TR, "TP": TP, "TC": TC},
-        "designs_evaluated": d["dse"].get("designs_evaluated"), "dse_seconds": d["dse"].get("seconds"),
-        "resources": d["resources"], "utilisation": d.get("utilisation", {}),
-        "gops": d["performance"]["gops"], "peak_gops": d["performance"]["peak_gops"],
-        "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],
-        "exits": [{"name": e.name, "position": e.position, "rate": e.rate} for e in bundle.workload.exits],
-    }
 
 
 def print_summary(bundle) -> None:
@@ -162,7 +108,9 @@ def print_summary(bundle) -> None:
     out.print(f"[bold]{bundle.workload.name}[/] on [bold]{bundle.board.name}[/] ({bundle.board.part}) at "
               f"{bundle.clock_mhz:g} MHz, batching={d['dse']['batching']}, "
               f"stackable={'yes' if d['dse']['stackable'] else 'no'}, Bmax={bundle.bmax}")
-    if d["dse"].get("designs_evaluated"):
+    if d["dse"].get("score_gops") is None:
+        out.print(f"the given design (fluidnpu dse --design): [bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/]")
+    elif d["dse"].get("designs_evaluated"):
         out.print(f"best of {d['dse']['designs_evaluated']} designs in {d['dse']['seconds']:.2f} s: "
                   f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/]")
     rt = Table(title="resources")
@@ -196,7 +144,7 @@ def models(as_json: bool) -> None:
     """List the built-in models."""
     from fluidnpu.zoo import MODELS
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, build in MODELS.items():
         wl = build()
         rows.append({"name": name, "gemm_layers": len(wl.backbone), "gmac": wl.backbone_macs / 1e9,
@@ -204,7 +152,7 @@ def models(as_json: bool) -> None:
                      "exits": [{"name": e.name, "after": wl.backbone[e.position].name, "rate": e.rate}
                                for e in wl.exits]})
     if as_json:
-        _emit_json(rows)
+        emit_json(rows)
         return
     t = Table(title="built-in models (any .onnx file works too)")
     for col in ("model", "GEMM layers", "GMAC", "input", "exits (after layer: rate)"):
@@ -227,7 +175,7 @@ def boards(name: str | None, as_json: bool) -> None:
         info = brd.to_dict() | {"bandwidth_gb_s": brd.bandwidth_bytes_per_s() / 1e9}
         sources = board_sources(brd.name) if brd.name in builtin_boards() else {}
         if as_json:
-            _emit_json(info | {"sources": sources})
+            emit_json(info | {"sources": sources})
             return
         t = Table(title=f"{brd.name}: {brd.part}")
         t.add_column("figure")
@@ -239,7 +187,7 @@ def boards(name: str | None, as_json: bool) -> None:
         return
     rows = [load_board(b) for b in builtin_boards()]
     if as_json:
-        _emit_json([b.to_dict() | {"bandwidth_gb_s": b.bandwidth_bytes_per_s() / 1e9} for b in rows])
+        emit_json([b.to_dict() | {"bandwidth_gb_s": b.bandwidth_bytes_per_s() / 1e9} for b in rows])
         return
     t = Table(title="built-in boards (copy boards/*.json for your own)")
     for col in ("board", "part", "DSP", "BRAM36", "URAM", "LUT", "FF", "clock MHz", "GB/s"):
@@ -256,7 +204,7 @@ def boards(name: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print as JSON")
 def show(bundle_path: str, layers: bool, as_json: bool) -> None:
     """Show a design bundle written by `fluidnpu dse`."""
-    from fluidnpu.bundle import load_bundle
+    from fluidnpu.bundle import design_summary, load_bundle
     from fluidnpu.dse.perf_model import K_CODE_TO_K
 
     bundle = load_bundle(bundle_path)
@@ -268,7 +216,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
                  "fbcb": [{"BR": e[0], "k": K_CODE_TO_K[e[1]]} for e in bundle.data["fbcb"]["entries"][s.index]],
                  "cycles": bundle.data["latency"]["layer_cycles"][s.index]}
                 for s in bundle.workload.schedule()]
-        _emit_json(summary)
+        emit_json(summary)
         return
     print_summary(bundle)
     if layers:
@@ -288,6 +236,29 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         out.print(t)
 
 
+@cli.command("flow", short_help="The whole flow on the embedded default (what `make run` runs).")
+@click.option("--out", "outdir", type=click.Path(file_okay=False), default="build", show_default=True,
+              help="where the design bundles and the RTL go")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=150.0, show_default=True,
+              help="serving: Poisson rate (samples/s)")
+@click.option("--slo", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True,
+              help="serving: latency SLO (ms)")
+@click.option("--samples", type=click.IntRange(min=1), default=450, show_default=True, help="serving: samples streamed")
+@click.option("--cosim-images", type=int, default=8, show_default=True,
+              help="images in the RTL co-simulation check (0 skips it)")
+@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
+def flow_cmd(outdir: str, rate: float, slo: float, samples: int, cosim_images: int, as_json: bool) -> None:
+    """DSE -> RTL -> RTL co-simulation check -> samples served by FluidB -> a summary (fluidnpu/flow.py)."""
+    from fluidnpu.flow import print_report, run_flow
+
+    report = run_flow(outdir, rate=rate, slo_ms=slo, samples=samples, cosim_images=cosim_images,
+                      console=None if as_json else out)
+    if as_json:
+        emit_json(report)
+        return
+    print_report(out, report)
+
+
 # Commands of later stages live in their own modules, each exporting `commands`
 # (a list of click commands); heavy imports stay inside the command bodies so
 # the board-side CLI stays light.
@@ -297,7 +268,6 @@ _COMMAND_MODULES = (
     "fluidnpu.hls_gen.cli",
     "fluidnpu.scheduler_fw.gpu.cli",
     "fluidnpu.host_driver.cli",
-    "fluidnpu.flow",
 )
 
 
@@ -335,6 +305,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except BrokenPipeError:  # `fluidnpu ... | head`: the reader left; nothing to report
+        sys.exit(1)
+    except OSError as exc:
+        # The last net under fluidnpu.output: a writer that did not go through it still ends in one line.
+        what = os_error_message(exc, exc.filename, "access") if exc.filename else (exc.strerror or str(exc))
+        err.print(f"[bold red]error:[/] {what}", highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

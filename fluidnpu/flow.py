@@ -12,6 +12,9 @@
 
 Each step reads what the one before wrote (the design bundles), never re-deriving it. The summary at the
 end says what happened in words a newcomer can follow, and where to go next.
+
+`run_flow` is the library function; the `fluidnpu flow` command (fluidnpu/cli.py) calls it and prints
+its report with `print_report`. Nothing here imports the command line.
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import click
-
 from fluidnpu.errors import FluidError
+from fluidnpu.output import make_dir
 
 
 def _step(out: Any, n: int, title: str) -> None:
@@ -32,8 +34,8 @@ def _step(out: Any, n: int, title: str) -> None:
 def main_design(outdir: Path, quiet: bool) -> dict[str, Any]:
     """Step 1: the paper's setting through the DSE; writes outdir/design.json."""
     from fluidnpu.boards import load_board
-    from fluidnpu.bundle import bundle_from_result
-    from fluidnpu.cli import design_summary, explore_with_progress, load_model
+    from fluidnpu.bundle import bundle_from_result, design_summary
+    from fluidnpu.design import explore_with_progress, load_model
     from fluidnpu.dse.search import DSEOptions
 
     result = explore_with_progress(load_model("resnet50"), load_board("zc706"), DSEOptions(bmax=8), quiet=quiet)
@@ -50,7 +52,6 @@ def digits_design(outdir: Path, bmax: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     bundle = D.default_design(bmax)
     path = outdir / "digits" / "design.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     bundle.save(path)
     return {"bundle": bundle, "path": str(path), "seconds": time.perf_counter() - t0,
             "board": D.small_board().name, "dsp": D.SMALL_DSP}
@@ -70,7 +71,7 @@ def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
     """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits."""
     import numpy as np
 
-    from fluidnpu.host_driver.cli import load_network
+    from fluidnpu.host_driver.serving import load_network
     from fluidnpu.host_driver.driver import NpuDriver
     from fluidnpu.host_driver.model_device import ModelDevice
     from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
@@ -92,7 +93,7 @@ def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
 
 def serve(bundle: Any, rate: float, slo_ms: float, samples: int) -> dict[str, Any]:
     """Step 5: FluidB on ModelDevice in wall-clock time (the `fluidnpu run` report)."""
-    from fluidnpu.host_driver.cli import serve_report
+    from fluidnpu.host_driver.serving import serve_report
 
     return serve_report(device="model", design=bundle, policy="fluidb", rate=rate, slo_ms=slo_ms, samples=samples)
 
@@ -106,25 +107,14 @@ def _timed(out: Any, n: int, title: str, fn: Callable[[], dict[str, Any]], quiet
     return res
 
 
-@click.command("flow", short_help="The whole flow on the embedded default (what `make run` runs).")
-@click.option("--out", "outdir", type=click.Path(file_okay=False), default="build", show_default=True,
-              help="where the design bundles and the RTL go")
-@click.option("--rate", type=float, default=150.0, show_default=True, help="serving: Poisson rate (samples/s)")
-@click.option("--slo", type=float, default=50.0, show_default=True, help="serving: latency SLO (ms)")
-@click.option("--samples", type=int, default=450, show_default=True, help="serving: samples streamed")
-@click.option("--cosim-images", type=int, default=8, show_default=True,
-              help="images in the RTL co-simulation check (0 skips it)")
-@click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-def flow_cmd(outdir: str, rate: float, slo: float, samples: int, cosim_images: int, as_json: bool) -> None:
-    """DSE -> RTL -> RTL co-simulation check -> samples served by FluidB -> a summary."""
-    from fluidnpu.cli import _emit_json, err, out
-
+def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, samples: int = 450,
+             cosim_images: int = 8, console: Any = None) -> dict[str, Any]:
+    """Every step of the flow into `outdir`; returns the report (`fluidnpu flow --json` prints it).
+    `console`: where the step headings go (None: no headings)."""
     if cosim_images < 0:
         raise FluidError(f"--cosim-images must be >= 0, got {cosim_images}")
-    console = err if as_json else out
-    quiet = as_json
-    base = Path(outdir)
-    base.mkdir(parents=True, exist_ok=True)
+    quiet = console is None
+    base = make_dir(outdir)
     main = _timed(console, 1, "DSE: ResNet-50 (4 exits) on ZC706, Bmax 8", lambda: main_design(base, quiet), quiet)
     dig = _timed(console, 2, "DSE: digits-ee on a 16-DSP ZC706 (small enough to simulate)",
                  lambda: digits_design(base, 4), quiet)
@@ -138,13 +128,9 @@ def flow_cmd(outdir: str, rate: float, slo: float, samples: int, cosim_images: i
         if not co["bit_identical"]:
             raise FluidError("the RTL and ModelDevice disagree on the co-simulation images: "
                              f"RTL exits {co['exits']}; rerun `pytest tests/test_digits_ee.py` for details")
-    srv = _timed(console, 5, f"serving: FluidB, {samples} images at {rate:g}/s, SLO {slo:g} ms, on ModelDevice",
-                 lambda: serve(dig["bundle"], rate, slo, samples), quiet)
-    report = _report(main, dig, gen, co, srv)
-    if as_json:
-        _emit_json(report)
-        return
-    _print(out, report)
+    srv = _timed(console, 5, f"serving: FluidB, {samples} images at {rate:g}/s, SLO {slo_ms:g} ms, on ModelDevice",
+                 lambda: serve(dig["bundle"], rate, slo_ms, samples), quiet)
+    return _report(main, dig, gen, co, srv)
 
 
 def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> dict[str, Any]:
@@ -166,7 +152,8 @@ def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> 
     }
 
 
-def _print(out: Any, r: dict[str, Any]) -> None:
+def print_report(out: Any, r: dict[str, Any]) -> None:
+    """The report of `run_flow` as one table and where to go next."""
     from rich.table import Table
 
     m, d, g, c, s = r["main_design"], r["digits_design"], r["rtl"], r["cosim"], r["serving"]
@@ -204,5 +191,3 @@ def _print(out: Any, r: dict[str, Any]) -> None:
               "against its baselines), `fluidnpu run --help` (serve on the RTL), `fluidnpu vivado build/design.json -o build/vivado` (the "
               "full-size NPU's Vivado project, a few minutes), docs/deploy.md (a real board).")
 
-
-commands = [flow_cmd]

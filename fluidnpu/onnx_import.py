@@ -128,9 +128,11 @@ def _read_model(onnx: Any, path: str) -> onnx.ModelProto:
     checker gets the path so that it finds external files next to the model.
     """
     if not os.path.exists(path):
-        raise FluidError("no such file")
+        raise FluidError("a symbolic link loop or a broken link" if os.path.islink(path) else "no such file")
     if os.path.isdir(path):
         raise FluidError("is a directory, not an ONNX file")
+    if os.path.getsize(path) == 0:
+        raise FluidError("is empty")
     try:
         model = onnx.load(path, load_external_data=False)
     except Exception as exc:  # protobuf DecodeError, OSError, ...

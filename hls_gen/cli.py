@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from fluidnpu.output import emit_json
+
 
 @click.command("vivado")
 @click.argument("bundle_path", metavar="DESIGN.json")
@@ -19,12 +21,12 @@ import click
 def vivado_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
     """Write a complete Vivado project for DESIGN.json's board (ZC706, ZCU104, or a Zynq board file)."""
     from fluidnpu.bundle import load_bundle
-    from fluidnpu.hls_gen.vivado import summary_json, write_vivado_project
+    from fluidnpu.hls_gen.vivado import write_vivado_project
 
     bundle = load_bundle(bundle_path)
     summary = write_vivado_project(bundle, Path(outdir), bundle_name=Path(bundle_path).name)
     if as_json:
-        click.echo(summary_json(summary))
+        emit_json(summary)
         return
     click.echo(f"{summary['board']} ({summary['part']}), {summary['ps']}: {summary['clock_pin']} at "
                f"{summary['clock_mhz']:g} MHz, NPU m_axi -> {summary['hp_port']} ({summary['hp_width']} bits), "

@@ -3,7 +3,7 @@
 `write_vivado_project(bundle, outdir)` writes into `outdir`:
 
 * `rtl/` — the NPU Verilog, the `fluidnpu_top` wrapper and the register map
-  (`hw/cli.generate_rtl`, exactly what `fluidnpu rtl` writes);
+  (`hw/rtl_gen.generate_rtl`, exactly what `fluidnpu rtl` writes);
 * `package_ip.tcl` — packages `fluidnpu_top` as the IP `hw/regmap.VLNV` into
   `ip/`: bus interfaces inferred from the wrapper's X_INTERFACE attributes and
   associated with `aclk`, the s_axi register window (`WINDOW_BYTES`), and a
@@ -27,12 +27,12 @@ machine that has Vivado.
 from __future__ import annotations
 
 from dataclasses import dataclass
-import json
 from pathlib import Path
 import re
 from typing import Any, Callable, Mapping
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import make_dir, write_text
 
 BD_NAME = "fluidnpu_bd"
 NPU_CELL = "npu"
@@ -497,12 +497,12 @@ placed, routed or timed by the generator.
 
 def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "design.json") -> dict[str, Any]:
     """Write the RTL and the Vivado scripts for `bundle` into `outdir`; returns the `--json` summary."""
-    from fluidnpu.hw.cli import generate_rtl
-    from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash
+    from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, NpuParams, design_hash
+    from fluidnpu.hw.rtl_gen import generate_rtl, self_check
 
     target = resolve_target(bundle)  # refuse before the (slow) RTL generation
-    outdir = Path(outdir)
-    rtl = generate_rtl(bundle, outdir / "rtl")
+    outdir = make_dir(outdir)
+    rtl = generate_rtl(bundle, outdir / "rtl", check=False)  # checked below, with the Tcl
     if rtl["axi_dw"] != target.hp_width:
         raise FluidError(f"the generated NPU's m_axi is {rtl['axi_dw']} bits (CFG_AXI_DW) but board "
                          f"{target.board}'s HP port is {target.hp_width} bits (hp_width_bits)")
@@ -527,9 +527,10 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     written = {}
     for key, (name, text) in files.items():
         path = outdir / name
-        path.write_text(text)
+        write_text(path, text)
         written[key] = str(path)
     (outdir / "build.sh").chmod(0o755)
+    rtl["verilog_check"] = self_check(outdir / "rtl", NpuParams.from_bundle(bundle, axi_dw=rtl["axi_dw"]))
     ps = target.ps
     return {
         "outdir": str(outdir), "board": target.board, "part": target.part, "ps": ps.ip.rpartition(":")[2],
@@ -539,8 +540,5 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
         "design_hash": want_hash, "outputs": {"bit": f"{OUTPUT_BASENAME}.bit", "hwh": f"{OUTPUT_BASENAME}.hwh",
                                               "xsa": f"{OUTPUT_BASENAME}.xsa"},
         "files": {**written, "rtl": {k: v for k, v in rtl["files"].items()}},
+        "verilog_check": rtl["verilog_check"],
     }
-
-
-def summary_json(summary: Mapping[str, Any]) -> str:
-    return json.dumps(summary, indent=1)

@@ -27,7 +27,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fluidnpu.errors import FluidError
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
 from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry)

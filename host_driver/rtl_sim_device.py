@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from fluidnpu.hw.regmap import REG, NpuParams
 from fluidnpu.host_driver.device import Buffer, BumpAllocator, Device

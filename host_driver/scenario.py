@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.host_driver.device import BufferTooSmall, Device
-from fluidnpu.host_driver.driver import DesignMismatch, NpuDriver, NpuError, NpuTimeout, _data
-from fluidnpu.host_driver.memory_plan import LayerParams, plan_subnet, subnet_nbytes
+from fluidnpu.host_driver.device import Device
+from fluidnpu.host_driver.driver import NpuDriver, _data
+from fluidnpu.host_driver.memory_plan import plan_subnet, subnet_nbytes
 
 
 def _modes(driver: NpuDriver, n: int, b: int) -> list[tuple[int, int]]:
@@ -92,10 +92,10 @@ def fault_scenario(device: Device, bundle: Any, wrong_bundle: Any, seed: int = 0
     image.write_input(big.x)
     hang = hasattr(device, "hang")        # the model finishes at START: make it hang instead
     if hang:
-        device.hang = "hard"
+        setattr(device, "hang", "hard")
     out["timeout"] = _message(driver.run_subnet, image, timeout_s=timeout_s, b=b)
     if hang:
-        device.hang = None
+        setattr(device, "hang", None)
     out["status_after_timeout"] = driver.status()
     out["bactive_after_timeout"] = driver.bactive
     image.upload()

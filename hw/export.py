@@ -191,12 +191,13 @@ def markdown(params: NpuParams | None = None) -> str:
 
 def write_exports(outdir: str | Path, params: NpuParams | None = None) -> dict[str, Path]:
     """regmap.json, fluidnpu_regs.h and register-map.md in `outdir`; returns {kind: path}."""
-    d = Path(outdir)
-    d.mkdir(parents=True, exist_ok=True)
+    from fluidnpu.output import make_dir, write_text
+
+    d = make_dir(outdir)
     files = {"json": d / "regmap.json", "c_header": d / "fluidnpu_regs.h", "markdown": d / "register-map.md"}
-    files["json"].write_text(regmap_json(params))
-    files["c_header"].write_text(c_header(params))
-    files["markdown"].write_text(markdown(params))
+    write_text(files["json"], regmap_json(params))
+    write_text(files["c_header"], c_header(params))
+    write_text(files["markdown"], markdown(params))
     return files
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.latency import LatencyTable
-from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, Wait
+from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, RunKind, Wait
 from fluidnpu.scheduler_fw.samples import RequestQueue
 
 # S/M/L batch-forming timeouts as fractions of the p99 latency SLO (§IV, Baselines)
@@ -51,7 +51,7 @@ class AdaptiveBatching(Policy):
         deadline = queue.oldest().arrival + self.timeout
         if nq >= self.bmax or now >= deadline:
             self._running = True
-            return Run(0, self.table.n_layers, tuple(queue.pop(min(nq, self.bmax))), "launch")
+            return Run(0, self.table.n_layers, tuple(queue.pop(min(nq, self.bmax))), RunKind.LAUNCH)
         return Wait(deadline)
 
     def completed(self, run: Run, result: RunResult, now: float) -> None:

@@ -1,8 +1,7 @@
 """`fluidnpu simulate` and `fluidnpu eval`: the scheduler's command line.
 
-Registered by fluidnpu/cli.py through `commands`. The shared helpers of
-fluidnpu.cli (consoles, JSON output, model loading) are imported inside the
-command bodies: fluidnpu.cli imports this module while it is being set up.
+Registered by fluidnpu/cli.py through `commands`. Consoles and JSON output come
+from fluidnpu.output, model loading from fluidnpu.design (never from fluidnpu.cli).
 """
 
 from __future__ import annotations
@@ -13,18 +12,12 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import emit_json, err, make_dir, out, progress_bar
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
 
 _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb "
                 "(S/M/L: batch-forming timeout of 5/45/95% of the SLO)")
-
-
-def _progress(console, as_json: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=as_json and not console.is_terminal)
 
 
 @click.command("simulate", short_help="Serve a seeded Poisson trace with one policy; latency, SLO, utilisation.")
@@ -35,12 +28,14 @@ def _progress(console, as_json: bool):
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
 @click.option("--rate", type=float, required=True, help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=float, required=True, help="p99 latency SLO (ms)")
-@click.option("--seeds", type=int, default=3, show_default=True, help="number of seeds to average")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
-@click.option("--bmax", type=int, default=None, help="largest batch (default 8, or the bundle's with --design)")
-@click.option("--samples", type=int, default=DEFAULT_SAMPLES, show_default=True, help="requests per seed")
-@click.option("--decision-cost-us", type=float, default=DEFAULT_DECISION_COST_S * 1e6, show_default=True,
-              help="NPU stall per scheduler invocation (µs)")
+@click.option("--bmax", type=click.IntRange(min=1), default=None,
+              help="largest batch (default 8, or the bundle's with --design)")
+@click.option("--samples", type=click.IntRange(min=1), default=DEFAULT_SAMPLES, show_default=True,
+              help="requests per seed")
+@click.option("--decision-cost-us", type=click.FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
+              show_default=True, help="NPU stall per scheduler invocation (µs)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")
 @click.option("--json", "as_json", is_flag=True, help="print every metric as JSON")
@@ -48,7 +43,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
                  seeds: int, first_seed: int, bmax: int | None, samples: int, decision_cost_us: float,
                  cache_dir: str | None, as_json: bool) -> None:
     """Serve a seeded Poisson trace with one POLICY and report latency, SLO violations, utilisation."""
-    from fluidnpu.cli import _emit_json, err, load_model, out
+    from fluidnpu.design import load_model
     from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
     from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
@@ -57,14 +52,6 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
     spec = policy_spec(policy)
     check_positive(rate, "--rate (samples/s)")
     check_positive(slo, "--slo (ms)")
-    if seeds < 1:
-        raise FluidError(f"--seeds must be >= 1, got {seeds}")
-    if samples < 1:
-        raise FluidError(f"--samples must be >= 1, got {samples}")
-    if decision_cost_us < 0:
-        raise FluidError(f"--decision-cost-us must be >= 0, got {decision_cost_us}")
-    if bmax is not None and bmax < 1:
-        raise FluidError(f"--bmax must be >= 1, got {bmax}")
     cached = None
     if design:
         if model or board:
@@ -79,7 +66,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 
         wl = load_model(model)
         brd = load_board(board)
-        with _progress(err, as_json) as prog:
+        with progress_bar(err, as_json) as prog:
             task = prog.add_task(f"DSE {wl.name} on {brd.name} ({spec.design.key})", total=None)
             bundle, cached = design_for(wl, brd, spec.design, bmax or 8, Path(cache_dir) if cache_dir else None,
                                         progress=lambda d, t: prog.update(task, completed=d, total=t))
@@ -87,7 +74,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
     table = LatencyTable.from_bundle(bundle, bmax)
     setting = Setting(spec.name, rate, slo / 1e3, table.bmax, samples, decision_cost_us * 1e-6)
     setting.validate(table)
-    with _progress(err, as_json) as prog:
+    with progress_bar(err, as_json) as prog:
         prog.add_task(f"simulating {spec.label} at {rate:g}/s", total=None)
         res = simulate(setting, table, tuple(range(first_seed, first_seed + seeds)))
     TR, TP, TC = bundle.design
@@ -98,7 +85,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
                    "peak_gops": table.peak_ops_per_s / 1e9},
     } | res.to_dict()
     if as_json:
-        _emit_json(report)
+        emit_json(report)
         return
     from rich.table import Table
 
@@ -138,7 +125,6 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None, bmax: int, decision_cost_us: float,
              cache_dir: str | None, no_plots: bool, as_json: bool) -> None:
     """Reproduce the paper's Fig. 4, 5, 6, 7 or Table I (or all) into --out."""
-    from fluidnpu.cli import _emit_json, err, out
     from fluidnpu.scheduler_fw.experiments import EvalConfig, run_figure, write_headline
 
     cfg = EvalConfig(seeds=seeds, n_samples=samples, bmax=bmax, decision_cost_s=decision_cost_us * 1e-6,
@@ -146,9 +132,10 @@ def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None
     if jobs is not None:
         cfg.jobs = jobs
     cfg.validate()
+    make_dir(out_dir)
     names = list(FIGURES) if what == "all" else [what]
     results = {}
-    with _progress(err, as_json) as prog:
+    with progress_bar(err, as_json) as prog:
         task = prog.add_task("", total=None)
         for name in names:
             def progress(desc: str, done: int, total: int, _name: str = name) -> None:
@@ -161,7 +148,7 @@ def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None
                    "seconds": r["seconds"]} for n, r in results.items()}
         if headline:
             doc["headline"] = headline
-        _emit_json(doc)
+        emit_json(doc)
         return
     for name, r in results.items():
         _print_summary(out, name, r)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from enum import Enum
 from typing import Union
 
 from fluidnpu.errors import FluidError
@@ -30,14 +31,26 @@ from fluidnpu.scheduler_fw.latency import LatencyTable
 from fluidnpu.scheduler_fw.samples import RequestQueue, Sample
 
 
+class RunKind(str, Enum):
+    """What a Run is: a new batch, the active batch going on, or a backfill batch catching up to it.
+    A str enum: run logs and JSON reports keep the plain names."""
+
+    LAUNCH = "launch"
+    CONTINUE = "continue"
+    CATCH_UP = "catch-up"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Run:
-    """Run layers [start, stop) on `batch`. kind: launch, continue or catch-up (a backfill batch)."""
+    """Run layers [start, stop) on `batch`, a run of `kind`."""
 
     start: int
     stop: int
     batch: tuple[Sample, ...]
-    kind: str = "continue"
+    kind: RunKind = RunKind.CONTINUE
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from abc import abstractmethod
 
 from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.latency import LatencyTable
-from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, check_positive
+from fluidnpu.scheduler_fw.policy import IDLE, Action, Policy, Run, RunKind, check_positive
 from fluidnpu.scheduler_fw.samples import RequestQueue, Sample
 
 
@@ -84,7 +84,7 @@ class PreemptiveBatching(Policy):
             self._active, self._pos, self._backfilled_at = batch, 0, -1
             self.batch_formed()
             start, stop = self.span(0)
-            return Run(start, stop, tuple(batch), "launch")
+            return Run(start, stop, tuple(batch), RunKind.LAUNCH)
         pos = self._pos
         if pos != self._backfilled_at:   # merged after a backfill: no second preemption at this point
             self.preemption_points += 1
@@ -94,12 +94,12 @@ class PreemptiveBatching(Policy):
                     self._held = active
                     self._backfilled_at = pos
                     self.preemptions += 1
-                    return Run(0, self.catch_up_stop(pos), tuple(queue.pop(bincr)), "catch-up")
+                    return Run(0, self.catch_up_stop(pos), tuple(queue.pop(bincr)), RunKind.CATCH_UP)
         start, stop = self.span(pos)
-        return Run(start, stop, tuple(active), "continue")
+        return Run(start, stop, tuple(active), RunKind.CONTINUE)
 
     def completed(self, run: Run, result: RunResult, now: float) -> None:
-        if run.kind == "catch-up":
+        if run.kind is RunKind.CATCH_UP:
             assert self._held is not None
             # held samples are older than the backfill (FIFO), so the oldest stays first
             self._active = self._held + result.remaining

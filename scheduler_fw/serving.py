@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from fluidnpu.scheduler_fw.backend import Backend
-from fluidnpu.scheduler_fw.policy import Policy, Run, Wait
+from fluidnpu.scheduler_fw.policy import Policy, Run, RunKind, Wait
 from fluidnpu.scheduler_fw.samples import ReorderBuffer, RequestQueue
 
 
@@ -125,7 +125,7 @@ class TraceSource(ArrivalSource):
 class RunRecord:
     """One backend run, for traces and tests."""
 
-    kind: str
+    kind: RunKind
     start: int
     stop: int
     batch: tuple[int, ...]

@@ -69,7 +69,7 @@ def test_models_and_boards_json():
 @pytest.mark.parametrize("args,word", [
     (["dse", "--model", "vgg16", "--board", "zc706"], "unknown model"),
     (["dse", "--model", "resnet50", "--board", "vcu118"], "unknown board"),
-    (["dse", "--model", "resnet50", "--board", "zc706", "--bmax", "0"], "Bmax"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--bmax", "0"], "--bmax"),
     (["dse", "--model", "resnet50", "--board", "zc706", "--bmax", "500"], "Bmax"),
     (["dse", "--model", "resnet50", "--board", "zc706", "--clock", "900"], "clock"),
     (["dse", "--model", "resnet50", "--board", "zc706", "--clock", "-3"], "clock"),
@@ -92,10 +92,12 @@ def test_bad_input_is_one_line_and_exit_2(args, word, tmp_path):
 def test_bad_files_are_one_line_and_exit_2(tmp_path):
     (tmp_path / "board.json").write_text(json.dumps({"format": "fluidnpu-board", "version": 1}))
     (tmp_path / "garbage.onnx").write_bytes(b"\x00\x01 definitely not protobuf \xff" * 10)
-    (tmp_path / "design.json").write_text('{"format": "fluidnpu-design", "version": 1}')
+    (tmp_path / "design.json").write_text('{"format": "fluidnpu-design", "version": 2}')
+    (tmp_path / "old.json").write_text('{"format": "fluidnpu-design", "version": 1}')
     for args, word in [(["dse", "-m", "resnet50", "-b", "board.json"], "missing"),
                        (["dse", "-m", "garbage.onnx", "-b", "zc706"], "garbage.onnx"),
-                       (["show", "design.json"], "missing")]:
+                       (["show", "design.json"], "missing"),
+                       (["show", "old.json"], "version 1 predates")]:
         proc = run(*args, cwd=tmp_path)
         assert proc.returncode == 2 and word in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 

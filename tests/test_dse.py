@@ -154,5 +154,5 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     tight = tiny_board.with_ceilings(lut=(lut - 1) / tiny_board.lut)
     capped = explore(tiny_workload, tight, DSEOptions(bmax=3))
     assert capped.resources.lut <= tight.limit("lut") < lut
-    with pytest.raises(FluidError, match=r"does not fit tiny: LUT [\d,]+ over [\d,]+ \(\d+% of 218,600\)"):
+    with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ \([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
         evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3))

@@ -522,7 +522,7 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     ps_props = fake.props["/ps"]
     assert float(ps_props[exp["clock_key"]]) == bundle.clock_mhz == exp["clock"]
     assert int(ps_props[exp["width_key"]]) == exp["width"] == bundle.board.hp_width_bits
-    assert f"the PS makes" not in printed  # the stand-in makes the clock asked for
+    assert "the PS makes" not in printed  # the stand-in makes the clock asked for
     # every NPU interface is connected, and to the right place
     assert fake.cells["npu"] == VLNV
 
@@ -601,13 +601,13 @@ def test_tcl_word_quotes_or_refuses():
 # ---- refusals ------------------------------------------------------------------------------------
 
 def _user_bundle(tmp_path: Path, family: str | None, hp_width: int = 64) -> Path:
-    bundle = bundle_from_result(explore(_tiny_workload(), load_board("zc706"), DSEOptions(bmax=2)))
-    data = json.loads(json.dumps(bundle.data))
-    data["board"]["name"] = "myboard"
-    data["board"]["family"] = family or ""
-    data["board"]["hp_width_bits"] = hp_width
+    from fluidnpu.boards.catalog import Board
+
+    zc706 = load_board("zc706")
+    board = Board.from_dict(zc706.to_dict() | {"name": "myboard", "family": family or "", "hp_width_bits": hp_width})
+    bundle = bundle_from_result(explore(_tiny_workload(), board, DSEOptions(bmax=2)))
     path = tmp_path / "design.json"
-    path.write_text(json.dumps(data))
+    bundle.save(path)
     load_bundle(path)  # still a valid bundle
     return path
 

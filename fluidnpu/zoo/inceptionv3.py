@@ -9,7 +9,7 @@ the DSE's tiling cares about. Pools are not GEMMs and only change the size.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from fluidnpu.workload import Layer, Workload
 from fluidnpu.zoo.blocks import Block, assemble
@@ -119,7 +119,7 @@ def inceptionv3() -> Workload:
     stem += _chain("", 64, hw, _conv("Conv2d_3b_1x1", 80, 1), _conv("Conv2d_4a_3x3", 192, 3))
     ch, hw = stem[-1].out_ch, _pool_hw(stem[-1].out_hw)  # maxpool 3x3/2: 71 -> 35
 
-    modules = [
+    modules: list[tuple[str, Callable[..., Block], dict[str, Any]]] = [
         ("Mixed_5b", inception_a, {"pool_features": 32}),
         ("Mixed_5c", inception_a, {"pool_features": 64}),
         ("Mixed_5d", inception_a, {"pool_features": 64}),

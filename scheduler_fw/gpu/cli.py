@@ -42,7 +42,7 @@ def gpu() -> None:
 def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, stages, window_ms, trigger, slo_ms,
               cost_table, seed, threads, as_json) -> None:
     """Serve a seeded Poisson load of WORKLOAD with POLICY and report mean/p99 latency and throughput."""
-    from fluidnpu.cli import _emit_json, out
+    from fluidnpu.output import emit_json as _emit_json, out
     from fluidnpu.host_driver.staged.torchutil import device_name, require_torch
 
     torch = require_torch()

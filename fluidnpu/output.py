@@ -1,0 +1,149 @@
+"""Reading the user's files and writing the tool's: the one place that turns OS errors into one line.
+
+Every command writes through `write_text`, `write_bytes`, `make_dir` or the `writing` context (plots,
+CSV), and reads user files through `read_text` / `read_json`, so an unwritable output path, a
+directory given for a file, a file without read permission, a symlink loop, an empty file or garbage
+JSON all end as a FluidError (one line on stderr, exit code 2) naming the path and what is wrong,
+never as a traceback. `emit_json` is the `--json` output of every command; `out` and `err` are the
+consoles every command prints its tables and progress bars on.
+
+Standard library and rich only: it runs on a board's ARM cores as well.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+import errno
+import json
+import os
+from pathlib import Path
+import sys
+from typing import Any, Iterator
+
+from rich.console import Console
+
+from fluidnpu.errors import FluidError
+
+# Piped or redirected output keeps whole tables rather than folding them at 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def emit_json(obj: Any) -> None:
+    """Print a command's figures as JSON on stdout (what `--json` gives)."""
+    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+    sys.stdout.flush()
+
+
+def progress_bar(console: Console, quiet: bool, label: str = "{task.description}") -> Any:
+    """A rich progress bar on `console` (hidden when `quiet`, e.g. --json, and it is not a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True, disable=quiet and not console.is_terminal)
+
+
+def os_error_message(exc: OSError, path: str | os.PathLike[str], action: str) -> str:
+    """'cannot <action> <path>: <reason>' in words a user can act on."""
+    p = Path(exc.filename) if getattr(exc, "filename", None) else Path(path)
+    code = exc.errno
+    if code == errno.ELOOP:
+        reason = "a symbolic link loop"
+    elif code == errno.EISDIR:
+        reason = "it is a directory, not a file"
+    elif code == errno.ENOTDIR:
+        reason = "a part of the path is a file, not a directory"
+    elif code in (errno.EACCES, errno.EPERM):
+        reason = "permission denied"
+    elif code == errno.ENOENT:
+        reason = "no such file or directory"
+    elif code == errno.EROFS:
+        reason = "read-only file system"
+    elif code == errno.ENOSPC:
+        reason = "no space left on the device"
+    else:
+        reason = exc.strerror or type(exc).__name__
+    where = str(p) if str(p) == str(path) else f"{path} ({p})"
+    return f"cannot {action} {where}: {reason}"
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str], what: str = "") -> Iterator[Path]:
+    """Create `path`'s parent folders, then run the block that writes `path`; an OSError inside
+    becomes a one-line FluidError. For writers that take a path (matplotlib's savefig, csv)."""
+    p = Path(path)
+    try:
+        if p.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        yield p
+    except OSError as exc:
+        raise FluidError(os_error_message(exc, p, f"write {what}" if what else "write")) from None
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "") -> Path:
+    """Fail now, in one line, if `path` cannot be written later (before minutes of work that would
+    end in writing it): creates its parent folders and checks write permission there."""
+    with writing(path, what) as p:
+        if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(p))
+    return p
+
+
+def write_text(path: str | os.PathLike[str], text: str, what: str = "") -> Path:
+    """Write `text` to `path` (creating its folders); one-line FluidError on any OS error."""
+    with writing(path, what) as p:
+        p.write_text(text)
+    return p
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "") -> Path:
+    """Write `data` to `path` (creating its folders); one-line FluidError on any OS error."""
+    with writing(path, what) as p:
+        p.write_bytes(data)
+    return p
+
+
+def make_dir(path: str | os.PathLike[str], what: str = "output directory") -> Path:
+    """Create the output folder `path` (and its parents) or say in one line why it cannot be."""
+    p = Path(path)
+    try:
+        if p.exists() and not p.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(p))
+        p.mkdir(parents=True, exist_ok=True)
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", str(p))
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR and Path(exc.filename or "") == p:
+            raise FluidError(f"cannot use {what} {p}: it is a file, not a directory") from None
+        raise FluidError(os_error_message(exc, p, f"create {what}")) from None
+    return p
+
+
+def read_text(path: str | os.PathLike[str], what: str) -> str:
+    """The text of the user's file `path` (`what`: e.g. 'design bundle'), or a one-line FluidError
+    that says whether it is missing, a directory, unreadable, a symlink loop, empty or not text."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise FluidError(f"{what} {p}: not a text file (not UTF-8)") from None
+    except FileNotFoundError:
+        if p.is_symlink():
+            raise FluidError(f"{what} {p}: a broken symbolic link (its target does not exist)") from None
+        raise FluidError(f"{what} {p} does not exist") from None
+    except OSError as exc:
+        raise FluidError(os_error_message(exc, p, f"read {what}")) from None
+    if not text.strip():
+        raise FluidError(f"{what} {p} is empty")
+    return text
+
+
+def read_json(path: str | os.PathLike[str], what: str) -> Any:
+    """The parsed JSON of the user's file `path`, or a one-line FluidError (see `read_text`)."""
+    text = read_text(path, what)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise FluidError(f"{what} {path}: not valid JSON{where}") from None
