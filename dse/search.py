@@ -2,13 +2,15 @@
 
     d* = argmax_d  sum_b  w_b * max_{k, BR} perf_W(d, b, k, BR)
 
-Every <TP, TC> with TP*TC <= DSPs is visited. For each, TR is the largest
-that fits the board: the performance model is non-decreasing in TR (row
-blocks are balanced and a block's cost is convex and subadditive in its rows,
-see docs/interpretations.md), so no smaller TR can score higher and the
-search is exact. For each design, batch size b and layer, the best <BR, k>
-is taken per layer, which maximises the workload's GOp/s at b because the
-layers' times add up.
+Every <TR, TP, TC> that fits the board is visited: every <TP, TC> with
+TP*TC <= DSPs and every TR up to the largest that fits it. The cycles are not
+monotone in TR (a layer's first step and last write-out grow with its blocks),
+so the search scores some designs and bounds the others, by branch and bound
+over ranges of TR (`branch_and_bound`; the bound and its proof:
+perf_model.layer_cycles_bound, docs/interpretations.md, Eq. 2). Ties go to the
+smaller TP, then TC, then TR. For each design, batch size b and layer, the best
+<BR, k> is taken per layer, which maximises the workload's GOp/s at b because
+the layers' times add up.
 """
 
 from __future__ import annotations
