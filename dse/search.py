@@ -135,7 +135,9 @@ class LayerShapes:
 
 def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
              timing: EngineTiming) -> dict[int, ModeCosts]:
-    """The Stackable-PE modes' TR- and batch-free costs of every (design, layer)."""
+    """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
+    layer_cycles sees it (words of the engine's timing)."""
+    bus = Bus.of(bus.bytes_per_cycle, bus.port_bytes, timing.word_bytes)
     return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside)
             for k in k_codes}
 
