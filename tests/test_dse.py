@@ -5,11 +5,13 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from fluidnpu.dse.perf_model import K_CODES, layer_inside
 from fluidnpu.dse.resource_model import feasible_designs, max_tr
-from fluidnpu.dse.search import DSEOptions, enumerate_tp_tc, evaluate_design, explore, unique_layers
+from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_tc, evaluate_design, explore,
+                                 unique_layers)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import packs_groups
@@ -181,3 +183,25 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     assert capped.resources.lut <= tight.limit("lut") < lut
     with pytest.raises(FluidError, match=r"does not fit tiny: LUT [\d,]+ over [\d,]+ \(\d+% of 218,600\)"):
         evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3))
+
+
+@pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
+                                  DSEOptions(bmax=3, batching="fc")])
+def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload, opts):
+    """On a bigger board (13,400 designs at Bmax 4, 100 TR per pair), the search's pick is the best of every design
+    that fits, each scored exactly by the closed form (ties: smaller TP, TC, TR)."""
+    board = make_board(dsp=40, bram36=48)
+    layers = tiny_workload.layers()
+    TP, TC = enumerate_tp_tc(board.dsp)
+    top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
+                 packing=opts.packing)
+    TR = np.concatenate([np.arange(1, t + 1) for t in top])
+    TP, TC = np.repeat(TP, top), np.repeat(TC, top)
+    reps, counts = unique_layers(layers)
+    scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz, float(tiny_workload.total_macs))
+    score, bound = scorer.score_bound(TR, TR, TP, TC)
+    assert np.array_equal(score, bound)
+    best = np.lexsort((TR, TC, TP, -score))[0]
+    result = explore(tiny_workload, board, opts)
+    assert (result.TR, result.TP, result.TC) == (TR[best], TP[best], TC[best]) and result.score == score[best]
+    assert result.n_designs == TR.size > 20 * result.n_scored
