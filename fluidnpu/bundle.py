@@ -180,7 +180,8 @@ def bundle_from_result(result: Any) -> Bundle:
         "dse": {
             "batching": opts.batching, "stackable": opts.stackable,
             "weights": [float(w) for w in opts.batch_weights()], "fixed_batch": opts.fixed_batch,
-            "designs_evaluated": result.n_designs, "score_gops": result.score, "seconds": result.seconds,
+            "designs_evaluated": result.n_designs, "designs_scored": result.n_scored,
+            "score_gops": result.score, "seconds": result.seconds,
             "timing": asdict(opts.timing), "runners_up": result.runners_up,
         },
         "workload": result.workload.to_dict(),
