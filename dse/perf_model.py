@@ -327,6 +327,213 @@ def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple
     return axis(ih, oh, kh, sh, pads[0], dh) * axis(iw, ow, kw, sw, pads[1], dw) / (oh * ow * kh * kw)
 
 
+@dataclass(frozen=True)
+class ModeCosts:
+    """A layer in one Stackable-PE mode on <TP, TC>: what depends neither on TR nor on the batch
+    (computed once per mode and shared by every <b, BR> and every TR the DSE prices)."""
+
+    k_code: int
+    TPk: np.ndarray
+    TCk: np.ndarray
+    TC: np.ndarray               # the design's TC (the planning divider's width)
+    C: np.ndarray
+    exists: np.ndarray           # TPk >= 1 and TCk >= 1
+    costs: LayerCosts
+    nct: np.ndarray              # column tiles
+    full: TileCosts
+    last: TileCosts
+
+
+def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: ArrayLike, k_code: int,
+               bus: Bus, timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, inside: ArrayLike = 1.0,
+               geometry=None) -> ModeCosts:
+    """The TR- and batch-free part of `layer_cycles` (see there for the arguments)."""
+    _, TPk, TCk = mode_dims(1, TP, TC, k_code)
+    exists = (TPk >= 1) & (TCk >= 1)
+    TPk, TCk = np.maximum(TPk, 1), np.maximum(TCk, 1)
+    R, P, C = (np.asarray(x, dtype=np.int64) for x in (R, P, C))
+    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside)
+    if geometry is not None:
+        if np.ndim(TPk) != 0:
+            raise ValueError("exact input reads (geometry=) price one design at a time")
+        costs = replace(costs, in_row=np.asarray(im2col_row_reads(geometry, int(TPk), bus)))
+    nct = _ceil_div(C, TCk)
+    w_full = np.minimum(C, TCk)
+    w_last = C - (nct - 1) * TCk
+    return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, costs.tile(w_full),
+                     costs.tile(w_last))
+
+
+@dataclass(frozen=True)
+class LayerSetup:
+    """A layer at batch b with split BR in one mode: its sample groups and passes (none depend on TR)."""
+
+    mode: ModeCosts
+    R: np.ndarray
+    G: np.ndarray
+    b: int
+    BR: int
+    BP: int
+    packed: np.ndarray           # C <= TCk: groups share a pass
+    g: np.ndarray                # groups in a full pass
+    h: np.ndarray                # groups in the last pass
+    npass: np.ndarray
+    rows_full: np.ndarray
+    rows_last: np.ndarray
+    regroups: np.ndarray         # the last pass has another group count
+
+
+def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) -> LayerSetup:
+    if not 1 <= BR <= b:
+        raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
+    R, G = np.asarray(R, dtype=np.int64), np.asarray(G, dtype=np.int64)
+    C, TCk = mode.C, mode.TCk
+    BP = -(-b // BR)
+    n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
+    packed = C <= TCk
+    g = np.where(packed, np.minimum(BP, TCk // np.maximum(C, 1)), 1)
+    npass = _ceil_div(np.int64(BP), g)
+    h = BP - (npass - 1) * g            # groups in the last pass
+    rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
+    return LayerSetup(mode, R, G, b, BR, BP, packed, g, h, npass, BR * R, rows_last, (npass > 1) & (h != g))
+
+
+def _split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n balanced blocks of at most tre rows: the first `big` hold s+1 rows, the rest s."""
+    n = _ceil_div(rows, tre)
+    s = rows // n
+    return n, s, rows - n * s
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """How a layer's passes are cut into balanced row blocks on an engine of TR rows. Every
+    block count falls and every block size grows (weakly) with TR."""
+
+    TR: np.ndarray
+    exists: np.ndarray           # the mode exists and each packed group gets a buffer row
+    TRe: np.ndarray              # rows per block in a full pass
+    TRh: np.ndarray              # ... in the last pass
+    full: tuple[np.ndarray, np.ndarray, np.ndarray]   # (n, s, big) of a full pass
+    last: tuple[np.ndarray, np.ndarray, np.ndarray]   # ... of the last pass
+    t0_full: np.ndarray          # a full pass's first (largest) block
+    t0_last: np.ndarray
+    t0_first: np.ndarray         # the layer's first block
+
+
+def row_blocks(setup: LayerSetup, TR: ArrayLike) -> RowBlocks:
+    m = setup.mode
+    TRk, _, _ = mode_dims(TR, 1, 1, m.k_code)
+    exists = m.exists & (TRk >= 1) & (TRk >= setup.g)
+    TRk = np.maximum(TRk, 1)
+    TRe = np.maximum(TRk // setup.g, 1)   # rows per block when g groups share the input buffer
+    TRh = np.maximum(TRk // np.maximum(setup.h, 1), 1)
+    full, last = _split(setup.rows_full, TRe), _split(setup.rows_last, TRh)
+    t0_full, t0_last = np.where(full[2] > 0, full[1] + 1, full[1]), np.where(last[2] > 0, last[1] + 1, last[1])
+    return RowBlocks(np.asarray(TR), exists, TRe, TRh, full, last, t0_full, t0_last,
+                     np.where(setup.npass == 1, t0_last, t0_full))
+
+
+@dataclass(frozen=True)
+class LayerParts:
+    """A layer's cycles (per convolution group) split by how each part moves with TR, which is
+    what bounds the cycles over a range of TR (`layer_cycles_bound`, docs/interpretations.md, Eq. 2):
+
+    body      the passes' balanced blocks, pass and tile set-up: non-increasing in TR
+    regroup   waits where the group count changes: non-decreasing (grows with the block sizes)
+    prologue  the layer's first step, fetched before anything computes: non-decreasing
+    drain     the last block's write-out: concave in the last block's size (block cost convex)
+    plan      the control unit's planning (`plan_cycles`): its narrow divider widens with TR,
+              its 24-bit divisions drop out as passes fit one block
+    desc      the descriptor reads: constant
+    """
+
+    exists: np.ndarray
+    body: np.ndarray
+    regroup: np.ndarray
+    prologue: np.ndarray
+    drain: np.ndarray
+    plan: np.ndarray
+    desc: np.ndarray
+
+    def cycles(self, setup: LayerSetup) -> np.ndarray:
+        """All G groups and the layer's fixed control cost; np.inf where the mode does not exist."""
+        per_group = self.body + self.regroup + self.prologue + self.drain + self.plan + self.desc
+        cycles = setup.G * per_group + setup.mode.costs.timing.layer_overhead
+        return np.where(self.exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
+
+
+def _body(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+    m, costs, timing = setup.mode, setup.mode.costs, setup.mode.costs.timing
+
+    def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray) -> np.ndarray:
+        """Every group of the pass streams all the pass's rows (a short group's extra rows
+        are padding), so each block costs the same per row."""
+        n, s, big = split
+        return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
+
+    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
+        # each pass: its fetcher set-up (a cycle, one per group) before its first block
+        full_pass = pass_cycles(rb.full, tile, setup.g) + timing.pass_overhead + setup.g
+        last_pass = pass_cycles(rb.last, tile, setup.h) + timing.pass_overhead + setup.h
+        return (setup.npass - 1) * full_pass + last_pass + 1
+
+    return (m.nct - 1) * column_tile_cycles(m.full) + column_tile_cycles(m.last)
+
+
+def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+    """The last pass with fewer groups waits for the core to empty; the next column tile's
+    first pass regroups again."""
+    m, costs = setup.mode, setup.mode.costs
+    s_f, s_l = rb.full[1], rb.last[1]
+    per_tile = costs.regroup(s_f, rb.t0_last, m.last, setup.h) + (m.nct - 1) * (
+        costs.regroup(s_f, rb.t0_last, m.full, setup.h) + costs.regroup(s_l, rb.t0_full, m.full, setup.g))
+    return np.where(setup.regroups, per_tile, 0)
+
+
+def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+    # the first pass's set-up is in the prologue
+    return setup.mode.costs.prologue(rb.t0_first, setup.mode.full, np.where(setup.npass == 1, setup.h, setup.g))
+
+
+def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+    m, s_l = setup.mode, rb.last[1]
+    last_block = m.costs.block(s_l, m.last, setup.h)
+    return m.costs.drain(s_l, m.last, setup.h, last_block / m.costs.n_p)
+
+
+def _plan(setup: LayerSetup, TR: ArrayLike, tre: RowBlocks) -> np.ndarray:
+    """Planning with the narrow divider of an engine of TR rows and the pass kinds of `tre`'s blocks."""
+    return plan_cycles(TR, setup.mode.TC, setup.b, setup.BR, setup.BP, setup.packed, setup.npass,
+                       (setup.h == setup.g) & (setup.rows_last == setup.rows_full),
+                       setup.rows_full, tre.TRe, setup.rows_last, tre.TRh)
+
+
+def layer_parts(setup: LayerSetup, TR: ArrayLike) -> LayerParts:
+    """The parts of a layer's cycles on an engine of TR rows."""
+    rb = row_blocks(setup, TR)
+    desc = 3 * setup.mode.costs.bus.cycles(16, 1, 16)          # three 16-word descriptor reads
+    return LayerParts(rb.exists, _body(setup, rb), _regroup(setup, rb), _prologue(setup, rb), _drain(setup, rb),
+                      _plan(setup, rb.TR, rb), np.asarray(desc))
+
+
+def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles at TR = hi, a lower bound on the cycles at every TR in [lo, hi]).
+
+    Each part is taken where it is smallest on the range (docs/interpretations.md, Eq. 2):
+    body at hi, regroup and prologue at lo, the drain at the better end (it is concave in the
+    last block's size, which grows with TR), the planning with lo's narrow divider and hi's
+    pass kinds. Where the mode does not exist at hi it exists nowhere on the range (inf).
+    At lo == hi the bound is the cycles, bit for bit.
+    """
+    at_hi = layer_parts(setup, hi)
+    rb_lo = row_blocks(setup, lo)
+    rb_hi = row_blocks(setup, hi)
+    low = LayerParts(at_hi.exists, at_hi.body, _regroup(setup, rb_lo), _prologue(setup, rb_lo),
+                     np.minimum(_drain(setup, rb_lo), at_hi.drain), _plan(setup, rb_lo.TR, rb_hi), at_hi.desc)
+    return at_hi.cycles(setup), low.cycles(setup)
+
+
 def layer_cycles(
     TR: ArrayLike, TP: ArrayLike, TC: ArrayLike,
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
@@ -342,77 +549,16 @@ def layer_cycles(
     descriptor, scalar design only): price the input reads exactly
     (`im2col_row_reads`) instead of at their average alignment.
     Returns float cycles (np.inf where the mode does not exist on the design,
-    e.g. k=1/2 with TP=1). Broadcasts over all array arguments.
+    e.g. k=1/2 with TP=1). Broadcasts over all array arguments. The steps
+    (`mode_costs`, `layer_setup`, `layer_parts`) are public so that the DSE
+    can share the TR-free ones and bound the cycles over ranges of TR.
     """
     if not 1 <= BR <= b:
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
-    TRk, TPk, TCk = mode_dims(TR, TP, TC, k_code)
-    exists = (TRk >= 1) & (TPk >= 1) & (TCk >= 1)
-    TRk, TPk, TCk = np.maximum(TRk, 1), np.maximum(TPk, 1), np.maximum(TCk, 1)
-    R, P, C, G = (np.asarray(x, dtype=np.int64) for x in (R, P, C, G))
     bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes)
-    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside)
-    if geometry is not None:
-        if np.ndim(TPk) != 0:
-            raise ValueError("exact input reads (geometry=) price one design at a time")
-        costs = replace(costs, in_row=np.asarray(im2col_row_reads(geometry, int(TPk), bus)))
-
-    BP = -(-b // BR)
-    n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
-    packed = C <= TCk
-    g = np.where(packed, np.minimum(BP, TCk // np.maximum(C, 1)), 1)
-    exists = exists & (TRk >= g)        # each packed group needs at least one buffer row
-    TRe = np.maximum(TRk // g, 1)       # rows per block when g groups share the input buffer
-    nct = _ceil_div(C, TCk)
-    w_full = np.minimum(C, TCk)
-    w_last = C - (nct - 1) * TCk
-    npass = _ceil_div(np.int64(BP), g)
-    h = BP - (npass - 1) * g            # groups in the last pass
-    TRh = np.maximum(TRk // np.maximum(h, 1), 1)
-    rows_full = BR * R
-    rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
-
-    def split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """n balanced blocks of a pass: the first `big` hold s+1 rows, the rest s."""
-        n = _ceil_div(rows, tre)
-        s = rows // n
-        return n, s, rows - n * s
-
-    def pass_cycles(rows: np.ndarray, tre: np.ndarray, tile: TileCosts, groups: np.ndarray) -> np.ndarray:
-        """Every group of the pass streams all the pass's rows (a short group's extra rows
-        are padding), so each block costs the same per row."""
-        n, s, big = split(rows, tre)
-        return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
-
-    full, last = costs.tile(w_full), costs.tile(w_last)
-    n_f, s_f, big_f = split(rows_full, TRe)
-    n_l, s_l, big_l = split(rows_last, TRh)
-    t0_f, t0_l = np.where(big_f > 0, s_f + 1, s_f), np.where(big_l > 0, s_l + 1, s_l)
-    regroups = (npass > 1) & (h != g)
-
-    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
-        # each pass: its fetcher set-up (a cycle, one per group) before its first block
-        full_pass = pass_cycles(rows_full, TRe, tile, g) + timing.pass_overhead + g
-        last_pass = pass_cycles(rows_last, TRh, tile, h) + timing.pass_overhead + h
-        # the last pass with fewer groups waits for the core to empty
-        return ((npass - 1) * full_pass + last_pass + 1
-                + np.where(regroups, costs.regroup(s_f, t0_l, tile, h), 0))
-
-    body = (nct - 1) * column_tile_cycles(full) + column_tile_cycles(last)
-    # the next column tile's first pass regroups again
-    body = body + np.where(regroups, (nct - 1) * costs.regroup(s_l, t0_f, full, g), 0)
-    first_rows, first_tre, first_groups = (np.where(npass == 1, rows_last, rows_full), np.where(npass == 1, TRh, TRe),
-                                           np.where(npass == 1, h, g))
-    n0, s0, big0 = split(first_rows, first_tre)
-    # the first pass's set-up is in the prologue
-    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), full, first_groups)
-    last_block = costs.block(s_l, last, h)
-    drain = costs.drain(s_l, last, h, last_block / costs.n_p)
-    plan = plan_cycles(TR, TC, b, BR, BP, packed, npass, (h == g) & (rows_last == rows_full),
-                       rows_full, TRe, rows_last, TRh)
-    desc = 3 * costs.bus.cycles(16, 1, 16)          # three 16-word descriptor reads
-    cycles = G * (body + prologue + drain + plan + desc) + timing.layer_overhead
-    return np.where(exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
+    mode = mode_costs(TP, TC, R, P, C, k_code, bus, timing, taps, inside, geometry)
+    setup = layer_setup(mode, R, G, b, BR)
+    return layer_parts(setup, TR).cycles(setup)
 
 
 def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,

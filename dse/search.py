@@ -2,13 +2,15 @@
 
     d* = argmax_d  sum_b  w_b * max_{k, BR} perf_W(d, b, k, BR)
 
-Every <TP, TC> with TP*TC <= DSPs is visited. For each, TR is the largest
-that fits the board: the performance model is non-decreasing in TR (row
-blocks are balanced and a block's cost is convex and subadditive in its rows,
-see docs/interpretations.md), so no smaller TR can score higher and the
-search is exact. For each design, batch size b and layer, the best <BR, k>
-is taken per layer, which maximises the workload's GOp/s at b because the
-layers' times add up.
+Every <TR, TP, TC> that fits the board is visited: every <TP, TC> with
+TP*TC <= DSPs and every TR up to the largest that fits it. The cycles are not
+monotone in TR (a layer's first step and last write-out grow with its blocks),
+so the search scores some designs and bounds the others, by branch and bound
+over ranges of TR (`branch_and_bound`; the bound and its proof:
+perf_model.layer_cycles_bound, docs/interpretations.md, Eq. 2). Ties go to the
+smaller TP, then TC, then TR. For each design, batch size b and layer, the best
+<BR, k> is taken per layer, which maximises the workload's GOp/s at b because
+the layers' times add up.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, K_CODES, Bus, EngineTiming, layer_cycles, layer_inside
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, K_CODES, Bus, EngineTiming, LayerSetup, ModeCosts,
+                                     layer_cycles_bound, layer_inside, layer_parts, layer_setup, mode_costs)
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
                                          over_limits)
 from fluidnpu.hw.regmap import packs_groups
@@ -104,6 +107,11 @@ def choices(batching: str, b: int, stackable: bool) -> list[Choice]:
     raise FluidError(f"unknown batching {batching!r}")
 
 
+def layer_taps(layer: Layer) -> int:
+    """kh*kw of a convolution, 1 for FC and matmul layers."""
+    return layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
+
+
 @dataclass(frozen=True)
 class LayerShapes:
     """Layer GEMM shapes as row vectors for broadcasting."""
@@ -122,22 +130,39 @@ class LayerShapes:
             return np.asarray(values, dtype=np.int64)[None, :]
         return cls(row([x.R for x in layers]), row([x.P for x in layers]), row([x.C for x in layers]),
                    row([x.groups for x in layers]), np.asarray([x.kind == "fc" for x in layers])[None, :],
-                   row([x.kernel[0] * x.kernel[1] if x.kind == "conv" else 1 for x in layers]),
+                   row([layer_taps(x) for x in layers]),
                    np.asarray([layer_inside(x) for x in layers], dtype=float)[None, :])
+
+
+def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
+             timing: EngineTiming) -> dict[int, ModeCosts]:
+    """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
+    layer_cycles sees it (words of the engine's timing)."""
+    bus = Bus.of(bus.bytes_per_cycle, bus.port_bytes, timing.word_bytes)
+    return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside)
+            for k in k_codes}
+
+
+def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice) -> LayerSetup:
+    """A choice's groups and passes; a serial choice is one sample (its cycles count b times)."""
+    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else ch.BR)
+
+
+def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.ndarray:
+    """Cycles of a choice as priced for one sample or all: b runs of one sample when serial, inf on
+    the layers it does not apply to."""
+    if ch.serial:
+        cyc = b * cyc
+    if ch.fc_only is not None:
+        cyc = np.where(shapes.is_fc == ch.fc_only, cyc, np.inf)
+    return cyc
 
 
 def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
                   bus: Bus, timing: EngineTiming) -> np.ndarray:
     """Cycles of every (design, layer) under one choice; inf where it does not apply."""
-    if ch.serial:
-        cyc = b * layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, 1, 1, ch.k_code,
-                               bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes, shapes.inside)
-    else:
-        cyc = layer_cycles(TR, TP, TC, shapes.R, shapes.P, shapes.C, shapes.G, b, ch.BR, ch.k_code,
-                           bus.bytes_per_cycle, timing, shapes.taps, bus.port_bytes, shapes.inside)
-    if ch.fc_only is not None:
-        cyc = np.where(shapes.is_fc == ch.fc_only, cyc, np.inf)
-    return cyc
+    setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch)
+    return _applies(layer_parts(setup, TR).cycles(setup), shapes, b, ch)
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
@@ -155,6 +180,45 @@ def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerSha
             arg = np.where(better, i, arg)
     assert best is not None and arg is not None
     return best, arg
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """Eq. 2's objective of designs, exactly at one TR or as an upper bound over a range of TR."""
+
+    shapes: LayerShapes
+    counts: np.ndarray       # multiplicity of each distinct layer shape
+    options: DSEOptions
+    bus: Bus
+    clock_mhz: float
+    macs: float
+
+    def score_bound(self, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray,
+                    TC: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(score at TR = hi, upper bound on the score at every TR in [lo, hi]) per design.
+
+        The workload's time at b is the sum over layers of the best choice's cycles, so the
+        sum of each layer's lowest lower bound over the choices bounds it from below on the
+        whole range, and Eq. 2's objective (decreasing in every time) from above.
+        """
+        opts = self.options
+        col = (lo[:, None], hi[:, None])
+        modes = modes_of(TP[:, None], TC[:, None], self.shapes, K_CODES if opts.stackable else (0,), self.bus,
+                         opts.timing)
+        score, bound = np.zeros(lo.size), np.zeros(lo.size)
+        for b, w in enumerate(opts.batch_weights(), start=1):
+            if w == 0:
+                continue
+            best_hi = best_lo = None
+            for ch in choices(opts.batching, b, opts.stackable):
+                setup = choice_setup(modes, self.shapes, b, ch)
+                at_hi, low = (_applies(c, self.shapes, b, ch) for c in layer_cycles_bound(setup, *col))
+                best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
+                best_lo = low if best_lo is None else np.minimum(best_lo, low)
+            gop = w * 2.0 * b * self.macs * self.clock_mhz * 1e6 / 1e9
+            score += gop / (best_hi @ self.counts)
+            bound += gop / (best_lo @ self.counts)
+        return score, bound
 
 
 @dataclass
@@ -182,9 +246,10 @@ class DSEResult:
     gops: list[float]                # per batch size
     peak_gops: float
     score: float | None              # Eq. 2's objective; None when the design was given, not searched
-    n_designs: int
+    n_designs: int                   # <TR, TP, TC> that fit, every one scored or bounded
     seconds: float
-    runners_up: list[dict] = field(default_factory=list)
+    runners_up: list[dict] = field(default_factory=list)   # other pairs' best scored design
+    n_scored: int = 1                # designs the search scored exactly (the rest were bounded)
 
     def segment_cycles(self) -> list[list[int]]:
         """Nexits x Bmax: cycles of each exit segment (backbone part + exit head) at each b."""
@@ -202,12 +267,14 @@ def enumerate_tp_tc(dsp: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unique_layers(layers: Sequence[Layer]) -> tuple[list[Layer], np.ndarray]:
-    """Distinct GEMM shapes with their multiplicities (many layers repeat)."""
+    """Distinct GEMM shapes with their multiplicities (many layers repeat). The shape includes all
+    that LayerShapes prices: the taps, and the share of the im2col reads in the padding (a
+    stride-2 block's 3x3 conv has the same R, P, C as the stride-1 ones after it, less padding)."""
     seen: dict[tuple, int] = {}
     reps: list[Layer] = []
     counts: list[int] = []
     for layer in layers:
-        key = (layer.R, layer.P, layer.C, layer.groups, layer.kind == "fc")
+        key = (layer.R, layer.P, layer.C, layer.groups, layer.kind == "fc", layer_taps(layer), layer_inside(layer))
         if key not in seen:
             seen[key] = len(reps)
             reps.append(layer)
@@ -216,53 +283,92 @@ def unique_layers(layers: Sequence[Layer]) -> tuple[list[Layer], np.ndarray]:
     return reps, np.asarray(counts, dtype=np.float64)
 
 
+def _before(TP: np.ndarray, TC: np.ndarray, TR: np.ndarray, key: tuple[int, int, int]) -> np.ndarray:
+    """<TP, TC, TR> comes before `key` in the tie order (smaller TP, then TC, then TR)."""
+    kp, kc, kr = key
+    return (TP < kp) | ((TP == kp) & ((TC < kc) | ((TC == kc) & (TR < kr))))
+
+
+@dataclass
+class SearchOutcome:
+    """The best design, and for every <TP, TC> the best TR the search scored."""
+
+    TR: int
+    TP: int
+    TC: int
+    score: float
+    pair_score: np.ndarray
+    pair_tr: np.ndarray
+    n_scored: int
+
+
+def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
+                     progress: ProgressFn | None = None) -> SearchOutcome:
+    """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
+    so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
+
+    Each round scores every live range [lo, hi] at hi and bounds it from above (Scorer.score_bound),
+    all at once; a range is dropped when its bound is below the best score found, or equal to it
+    and every design in it loses the tie (best score, then smaller TP, TC, TR); the others lose
+    their scored hi and are halved. A range of one TR is scored exactly, so the search ends with
+    the optimum. Ranges start as the whole [1, tr_max]: the bound there is the body at the
+    largest TR (the old search's score) plus the edges at TR = 1, which already drops most pairs.
+    """
+    n_total = int(tr_max.sum())
+    pair_score = np.full(TP.size, -np.inf)
+    pair_tr = np.zeros(TP.size, dtype=np.int64)
+    pair = np.arange(TP.size)
+    lo, hi = np.ones(TP.size, dtype=np.int64), tr_max.astype(np.int64)
+    n_scored = 0
+    while pair.size:
+        score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair])
+        n_scored += pair.size
+        # each pair's best scored design (ties to the smaller TR)
+        order = np.lexsort((hi, -score))
+        pairs, first = np.unique(pair[order], return_index=True)
+        cand = order[first]
+        better = (score[cand] > pair_score[pairs]) | ((score[cand] == pair_score[pairs]) & (hi[cand] < pair_tr[pairs]))
+        pair_score[pairs[better]], pair_tr[pairs[better]] = score[cand[better]], hi[cand[better]]
+        i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
+        best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
+        live = (bound > best) | ((bound == best) & _before(TP[pair], TC[pair], lo, key))
+        pair, lo, hi = pair[live], lo[live], hi[live] - 1
+        left = hi >= lo
+        pair, lo, hi = pair[left], lo[left], hi[left]
+        mid = (lo + hi) // 2
+        right = mid < hi
+        pair, lo, hi = (np.concatenate([pair, pair[right]]), np.concatenate([lo, mid[right] + 1]),
+                        np.concatenate([mid, hi[right]]))
+        if progress:
+            progress(n_total - int((hi - lo + 1).sum()), n_total)
+    return SearchOutcome(key[2], key[0], key[1], float(best), pair_score, pair_tr, n_scored)
+
+
 def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
             progress: ProgressFn | None = None) -> DSEResult:
-    """Run the exhaustive DSE and return the best design with its tables."""
+    """Run the exhaustive DSE (every <TR, TP, TC> that fits, scored or bounded) and return the
+    best design with its tables. `progress(done, total)`: designs settled of all that fit."""
     options.validate(board)
     t0 = time.perf_counter()
     clock = options.clock_mhz or board.clock_mhz
-    bpc = board.bus(clock)
     layers = workload.layers()
-    n_layers = len(layers)
-    weights = options.batch_weights()
-
     TP, TC = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
-    TR = max_tr(TP, TC, board, options.bmax, n_layers, options.stackable, tr_cap, packing=options.packing)
-    keep = TR >= 1
-    TR, TP, TC = TR[keep], TP[keep], TC[keep]
-    if TR.size == 0:
+    tr_max = max_tr(TP, TC, board, options.bmax, len(layers), options.stackable, tr_cap, packing=options.packing)
+    keep = tr_max >= 1
+    tr_max, TP, TC = tr_max[keep], TP[keep], TC[keep]
+    if tr_max.size == 0:
         raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
-
     reps, counts = unique_layers(layers)
-    shapes = LayerShapes.of(reps)
-    macs = float(workload.total_macs)
-    col = (TR[:, None], TP[:, None], TC[:, None])
-    score = np.zeros(TR.size)
-    per_b = [choices(options.batching, b, options.stackable) for b in range(1, options.bmax + 1)]
-    steps, done = sum(len(c) for c in per_b), 0
-    for b, cands in enumerate(per_b, start=1):
-        if weights[b - 1] == 0:
-            done += len(cands)
-            if progress:
-                progress(done, steps)
-            continue
-        best = None
-        for ch in cands:
-            cyc = choice_cycles(*col, shapes, b, ch, bpc, options.timing)
-            best = cyc if best is None else np.minimum(best, cyc)
-            done += 1
-            if progress:
-                progress(done, steps)
-        total = best @ counts
-        score += weights[b - 1] * 2.0 * b * macs * clock * 1e6 / total / 1e9
-    order = np.lexsort((TC, TP, -score))  # best score first; ties to smaller TP, then TC
-    i = int(order[0])
-    result = _finish(workload, board, options, clock, int(TR[i]), int(TP[i]), int(TC[i]), float(score[i]),
-                     n_designs=int(TR.size), t0=t0)
-    result.runners_up = [{"TR": int(TR[j]), "TP": int(TP[j]), "TC": int(TC[j]), "score": float(score[j])}
-                         for j in order[1:6]]
+    scorer = Scorer(LayerShapes.of(reps), counts, options, board.bus(clock), clock, float(workload.total_macs))
+    found = branch_and_bound(scorer, TP, TC, tr_max, progress)
+    result = _finish(workload, board, options, clock, found.TR, found.TP, found.TC, found.score,
+                     n_designs=int(tr_max.sum()), t0=t0)
+    result.n_scored = found.n_scored
+    others = [j for j in np.lexsort((found.pair_tr, TC, TP, -found.pair_score))
+              if (TP[j], TC[j]) != (found.TP, found.TC)][:5]
+    result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(TP[j]), "TC": int(TC[j]),
+                          "score": float(found.pair_score[j])} for j in others]
     return result
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 
 from fluidnpu.dse.perf_model import K_CODES, layer_inside
-from fluidnpu.dse.resource_model import feasible_designs
-from fluidnpu.dse.search import DSEOptions, evaluate_design, explore
+from fluidnpu.dse.resource_model import feasible_designs, max_tr
+from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_tc, evaluate_design, explore,
+                                 unique_layers)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import packs_groups
+from fluidnpu.workload import Exit, Layer, Workload
 
 
-def brute_force(workload, board, bmax, batching="fluid", stackable=True, largest_tr_only=False):
-    """Every <TR, TP, TC> (all TR, or only the largest that fits), every <BR, k> per layer
-    and b, priced with the explicit block schedule rather than the closed form."""
+def brute_force(workload, board, bmax, batching="fluid", stackable=True):
+    """Every <TR, TP, TC> that fits, every <BR, k> per layer and b, priced with the explicit
+    block schedule rather than the closed form."""
     clock = board.clock_mhz
     bus = board.bus()
     layers = workload.layers()
@@ -29,7 +32,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True, largest
             fits = [TR for TR in range(1, tr_cap + 1)
                     if feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable,
                                         packing=packs_groups(batching))]
-            for TR in fits[-1:] if largest_tr_only else fits:
+            for TR in fits:
                 score = 0.0
                 for b in range(1, bmax + 1):
                     total = 0
@@ -54,19 +57,43 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True, largest
 
 @pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
 def test_search_finds_brute_force_optimum(tiny_board, tiny_workload, batching, stackable):
+    """The pick is the brute force's over every <TR, TP, TC> that fits (ties: smaller TP, TC, TR)."""
     opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
     result = explore(tiny_workload, tiny_board, opts)
-    score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable, largest_tr_only=True)
+    score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
     assert math.isclose(result.score, score, rel_tol=1e-9), (result.TR, result.TP, result.TC, design)
     assert (result.TR, result.TP, result.TC) == design
-    # Over every TR, the largest is optimal up to the first-step fetch and last-block drain,
-    # which grow with the block size (docs/interpretations.md): within 3% on this tiny board.
-    any_tr, _ = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
-    assert score >= any_tr / 1.03
+    # every design that fits was scored or bounded, most of them only bounded
+    fits = max_tr(*enumerate_tp_tc(tiny_board.dsp), tiny_board, 3, len(tiny_workload.layers()), stackable,
+                  3 * 25, packing=packs_groups(batching))
+    assert result.n_designs == fits.sum() and result.n_scored < result.n_designs / 4
     # the chosen design, evaluated on its own, reproduces the score
     again = evaluate_design(tiny_workload, tiny_board, result.TR, result.TP, result.TC, opts)
-    weights_score = sum(again.gops)
-    assert math.isclose(weights_score, score, rel_tol=1e-9)
+    assert math.isclose(sum(again.gops), score, rel_tol=1e-9)
+
+
+def test_largest_tr_is_not_always_best(tiny_board, tiny_workload):
+    """Why every TR is searched: on this board the best design's TR is below the largest that fits
+    its <TP, TC> (the first step and the last write-out of a one-block layer are not overlapped)."""
+    result = explore(tiny_workload, tiny_board, DSEOptions(bmax=3))
+    largest = max_tr(result.TP, result.TC, tiny_board, 3, len(tiny_workload.layers()), True, 3 * 25)
+    assert result.TR < largest
+    at_largest = evaluate_design(tiny_workload, tiny_board, int(largest), result.TP, result.TC, DSEOptions(bmax=3))
+    assert sum(at_largest.gops) < result.score
+
+
+def test_layers_that_differ_only_in_padding_are_priced_apart(tiny_board):
+    """Layers with the same GEMM shape but another share of padded reads (a stride-2 block's 3x3 conv
+    and the stride-1 ones after it in ResNet-50) are distinct shapes to the search."""
+    a = Layer.conv("a", 4, 6, 5, 3, padding=1)               # 5x5 out, R=25, P=36
+    b = Layer.conv("b", 4, 6, 10, 3, stride=2, padding=1)    # 5x5 out as well, less padding
+    c = Layer.conv("c", 4, 6, 5, 3, padding=1)
+    assert (a.R, a.P, a.C) == (b.R, b.P, b.C) and layer_inside(a) != layer_inside(b)
+    reps, counts = unique_layers([a, b, c])
+    assert [x.name for x in reps] == ["a", "b"] and list(counts) == [2, 1]
+    workload = Workload("pad", (a, b, c), (Exit("final", 2, (), 1.0),))
+    result = explore(workload, tiny_board, DSEOptions(bmax=2))
+    assert math.isclose(result.score, sum(result.gops), rel_tol=1e-12)
 
 
 def test_fbcb_entries_in_range_and_tables_consistent(tiny_board, tiny_workload):
@@ -156,3 +183,25 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     assert capped.resources.lut <= tight.limit("lut") < lut
     with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ \([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
         evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3))
+
+
+@pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
+                                  DSEOptions(bmax=3, batching="fc")])
+def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload, opts):
+    """On a bigger board (13,400 designs at Bmax 4, 100 TR per pair), the search's pick is the best of every design
+    that fits, each scored exactly by the closed form (ties: smaller TP, TC, TR)."""
+    board = make_board(dsp=40, bram36=48)
+    layers = tiny_workload.layers()
+    TP, TC = enumerate_tp_tc(board.dsp)
+    top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
+                 packing=opts.packing)
+    TR = np.concatenate([np.arange(1, t + 1) for t in top])
+    TP, TC = np.repeat(TP, top), np.repeat(TC, top)
+    reps, counts = unique_layers(layers)
+    scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz, float(tiny_workload.total_macs))
+    score, bound = scorer.score_bound(TR, TR, TP, TC)
+    assert np.array_equal(score, bound)
+    best = np.lexsort((TR, TC, TP, -score))[0]
+    result = explore(tiny_workload, board, opts)
+    assert (result.TR, result.TP, result.TC) == (TR[best], TP[best], TC[best]) and result.score == score[best]
+    assert result.n_designs == TR.size > 20 * result.n_scored

@@ -1,0 +1,89 @@
+"""The DSE's bound over ranges of TR (perf_model.layer_cycles_bound) and the properties of the
+cycle model's parts it rests on (docs/interpretations.md, Eq. 2). They hold for whatever a
+block, a weight fetch or the bus costs, as long as a block's cost is convex in its rows and
+not negative at zero rows; these tests price with the model as it is, so a change to the
+pricing that breaks them fails here."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, layer_cycles, layer_cycles_bound, layer_parts,
+                                     layer_setup, mode_costs, row_blocks)
+
+TOL = 1e-7
+
+layers = st.tuples(
+    st.integers(1, 9), st.integers(1, 12),                          # TP TC
+    st.integers(1, 40), st.integers(1, 24), st.sampled_from([1, 3, 9]), st.integers(1, 30),  # R cin taps C
+    st.integers(1, 2),                                              # G
+    st.integers(1, 8), st.integers(1, 8), st.sampled_from([0, 1, 2]),  # b BR k
+    st.sampled_from([(0.5, None), (3.0, None), (8.0, None), (16.0, 8.0), (50.0, None)]),  # bytes/cycle, port
+    st.sampled_from([1.0, 0.8, 0.5]),                               # inside
+).filter(lambda c: c[8] <= c[7])
+
+
+def priced(case):
+    """(the layer's setup, its cycles at TR) for a drawn case."""
+    TP, TC, R, cin, taps, C, G, b, BR, k, (bpc, port), inside = case
+    P = taps * cin
+    mode = mode_costs(TP, TC, R, P, C, k, Bus.of(bpc, port), DEFAULT_TIMING, taps, inside)
+    setup = layer_setup(mode, R, G, b, BR)
+
+    def cycles(TR):
+        return layer_cycles(TR, TP, TC, R, P, C, G, b, BR, k, bpc, DEFAULT_TIMING, taps, port, inside)
+    return setup, cycles
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers, st.integers(1, 300), st.integers(0, 200))
+def test_bound_is_below_the_cycles_on_the_whole_range(case, lo, width):
+    setup, cycles = priced(case)
+    hi = lo + width
+    at_hi, low = layer_cycles_bound(setup, np.int64(lo), np.int64(hi))
+    assert at_hi == cycles(hi) or (np.isinf(at_hi) and np.isinf(cycles(hi)))
+    every = cycles(np.arange(lo, hi + 1))
+    assert (low <= every).all(), (low, every.min(), np.argmin(every) + lo)
+    if np.isinf(at_hi):
+        assert np.isinf(every).all()         # a mode missing at hi is missing at every smaller TR
+    point, point_low = layer_cycles_bound(setup, np.int64(lo), np.int64(lo))
+    assert point_low == point == cycles(lo) or np.isinf(point)
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers)
+def test_each_part_moves_with_tr_as_the_bound_assumes(case):
+    setup, _ = priced(case)
+    TR = np.arange(1, 400)
+    parts = layer_parts(setup, TR)
+    ok = parts.exists
+    assert (ok[1:] >= ok[:-1]).all()                                  # exists from some TR on
+    body, regroup, prologue = (x[ok] for x in np.broadcast_arrays(parts.body, parts.regroup, parts.prologue))
+    assert (np.diff(body) <= TOL).all()
+    assert (np.diff(regroup) >= -TOL).all()
+    assert (np.diff(prologue) >= -TOL).all()
+    # the last block's size grows with TR, and the drain is concave in it
+    s_last = np.broadcast_to(row_blocks(setup, TR).last[1], TR.shape)[ok]
+    assert (np.diff(s_last) >= 0).all()
+    drain = np.broadcast_to(parts.drain, TR.shape)[ok]
+    sizes, first = np.unique(s_last, return_index=True)
+    d = drain[first]
+    if sizes.size >= 3:
+        slope = np.diff(d) / np.diff(sizes)
+        assert (np.diff(slope) <= TOL).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(layers, st.integers(0, 8), st.integers(1, 3))
+def test_block_cost_is_convex_and_not_negative(case, w, groups):
+    """Balanced blocks are optimal and fewer blocks never cost more (the body is non-increasing in
+    TR) because a block's cost is convex in its rows with block(0) >= 0; the drain is concave."""
+    setup, _ = priced(case)
+    costs = setup.mode.costs
+    tile = costs.tile(np.int64(min(w, int(setup.mode.C)) or 1))
+    t = np.arange(0, 80)
+    f = costs.block(t, tile, groups)
+    assert f[0] >= 0
+    assert (f[:-2] + f[2:] - 2 * f[1:-1] >= -TOL).all()
