@@ -163,18 +163,45 @@ class LayerCosts:
     C: np.ndarray
     bus: Bus
     timing: EngineTiming
+    bias_chunk: ArrayLike = 8    # int32 biases one read moves (NMAX / 2 = max(TP, TC, 8))
 
-    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray) -> np.ndarray:
-        """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias."""
-        return self.bus.cycles(np.asarray(rows) * w, rows, grain) + self.bus.cycles(2 * w, 1, 2 * w)
+    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike) -> np.ndarray:
+        """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias, for `groups`
+        sample groups side by side. Every group's copy is a read of its own (the core has no
+        replication network, docs/hw-architecture.md): group q reads the row q*w words early
+        (a packed pass has w = C = cw), (q + 1)*w words, so a row costs G reads of
+        w*G(G+1)/2 words in all; the bias likewise, one set of chunk reads per group."""
+        g = np.asarray(groups)
+        rows = np.asarray(rows)
+        weights = self.bus.cycles(rows * w * g * (g + 1) // 2, rows * g, grain)
+        return weights + self.bus.cycles(2 * w, 1, 2 * w) + self._bias_copies(w, g)
 
-    def tile(self, w: ArrayLike) -> TileCosts:
+    def _bias_copies(self, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Reads of groups q >= 1's bias, beat for beat (hw/sequencer.py, state BIAS): group q's
+        columns [q*w, (q+1)*w) are covered by the NMAX/2-column chunks from the one holding
+        column q*w, each read q*w int32 before the logical column it lands in, from a 64-byte
+        aligned bias array (a packed pass is the layer's only column tile)."""
+        bw, wpb = np.asarray(self.bias_chunk), self.bus.words_per_beat
+        total = np.zeros(np.broadcast(w, groups, bw).shape)
+        n_chunks = int(np.max(-(-(np.max(w) + np.max(bw) - 1) // np.min(bw))))
+        for q in range(1, int(np.max(groups))):
+            lo = q * w
+            b0 = lo // bw * bw
+            for i in range(n_chunks):
+                col = b0 + i * bw                          # the chunk's first logical column
+                n = 2 * np.clip(lo + w - col, 0, bw)       # words of this read (0: no read)
+                beats = ((2 * (col - lo)) % wpb + n + wpb - 1) // wpb
+                total = total + np.where((q < groups) & (n > 0), beats, 0)
+        return total * (wpb * self.bus.word_bytes / self.bus.bytes_per_cycle)
+
+    def tile(self, w: ArrayLike, groups: ArrayLike = 1) -> TileCosts:
+        """A column tile of w columns run by `groups` sample groups side by side."""
         w = np.asarray(w)
         # only gcd(C, w, words per beat) matters: for a power-of-two beat, min of lowest set bits
         wpb = self.bus.words_per_beat
         grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
-        return TileCosts(w, self._weights(self.P, w, grain),
-                         self._weights(np.minimum(self.TPk, self.P), w, grain),
+        return TileCosts(w, self._weights(self.P, w, grain, groups),
+                         self._weights(np.minimum(self.TPk, self.P), w, grain, groups),
                          np.maximum(1.0, self.bus.cycles(w, 1, grain)))
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
@@ -247,8 +274,14 @@ def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, pa
     return BP + BR + npass + np.where(packed, narrow, 1) + per
 
 
+def bias_chunk(TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
+    """int32 biases one DMA read moves: NMAX / 2, NMAX = max(2TP, 2TC, 16) (hw/npu.py nmax)."""
+    return np.maximum(np.maximum(np.asarray(TP), np.asarray(TC)), 8)
+
+
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
-                timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0) -> LayerCosts:
+                timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0,
+                chunk: ArrayLike = 8) -> LayerCosts:
     """Step count and input-row read cost of a layer whose P = taps * cin.
 
     A weight step reads TPk consecutive values of each im2col row; they are
@@ -259,6 +292,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     the samples' 64-byte aligned tensors, so runs start at multiples of TPk.
     `inside`: the fraction of (row, tap) runs inside the input (`im2col_inside`);
     a run in the padding is a zero-fill command, one response and no beat.
+    `chunk`: int32 biases a read moves (`bias_chunk` of the engine).
     """
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
@@ -271,7 +305,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
     in_row = inside * bus.cycles(P, runs, align) + (1 - inside) * runs * bus.beat_cycles
-    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
+    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing, np.asarray(chunk))
 
 
 def layer_inside(layer) -> float:
@@ -351,7 +385,7 @@ def layer_cycles(
     TRk, TPk, TCk = np.maximum(TRk, 1), np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C, G = (np.asarray(x, dtype=np.int64) for x in (R, P, C, G))
     bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes)
-    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside)
+    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside, bias_chunk(TP, TC))
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
@@ -384,28 +418,30 @@ def layer_cycles(
         n, s, big = split(rows, tre)
         return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
 
-    full, last = costs.tile(w_full), costs.tile(w_last)
     n_f, s_f, big_f = split(rows_full, TRe)
     n_l, s_l, big_l = split(rows_last, TRh)
     t0_f, t0_l = np.where(big_f > 0, s_f + 1, s_f), np.where(big_l > 0, s_l + 1, s_l)
     regroups = (npass > 1) & (h != g)
 
-    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
-        # each pass: its fetcher set-up (a cycle, one per group) before its first block
-        full_pass = pass_cycles(rows_full, TRe, tile, g) + timing.pass_overhead + g
-        last_pass = pass_cycles(rows_last, TRh, tile, h) + timing.pass_overhead + h
+    def column_tile_cycles(w: np.ndarray) -> np.ndarray:
+        # each pass: its fetcher set-up (a cycle, one per group) before its first block;
+        # the tile's weights and bias are read once per group of the pass
+        full_tile, last_tile = costs.tile(w, g), costs.tile(w, h)
+        full_pass = pass_cycles(rows_full, TRe, full_tile, g) + timing.pass_overhead + g
+        last_pass = pass_cycles(rows_last, TRh, last_tile, h) + timing.pass_overhead + h
         # the last pass with fewer groups waits for the core to empty
         return ((npass - 1) * full_pass + last_pass + 1
-                + np.where(regroups, costs.regroup(s_f, t0_l, tile, h), 0))
+                + np.where(regroups, costs.regroup(s_f, t0_l, last_tile, h), 0))
 
-    body = (nct - 1) * column_tile_cycles(full) + column_tile_cycles(last)
+    body = (nct - 1) * column_tile_cycles(w_full) + column_tile_cycles(w_last)
     # the next column tile's first pass regroups again
-    body = body + np.where(regroups, (nct - 1) * costs.regroup(s_l, t0_f, full, g), 0)
+    body = body + np.where(regroups, (nct - 1) * costs.regroup(s_l, t0_f, costs.tile(w_full, g), g), 0)
     first_rows, first_tre, first_groups = (np.where(npass == 1, rows_last, rows_full), np.where(npass == 1, TRh, TRe),
                                            np.where(npass == 1, h, g))
     n0, s0, big0 = split(first_rows, first_tre)
     # the first pass's set-up is in the prologue
-    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), full, first_groups)
+    prologue = costs.prologue(np.where(big0 > 0, s0 + 1, s0), costs.tile(w_full, first_groups), first_groups)
+    last = costs.tile(w_last, h)
     last_block = costs.block(s_l, last, h)
     drain = costs.drain(s_l, last, h, last_block / costs.n_p)
     plan = plan_cycles(TR, TC, b, BR, BP, packed, npass, (h == g) & (rows_last == rows_full),

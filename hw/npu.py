@@ -101,7 +101,7 @@ class Npu(wiring.Component):
             core.in_wr.valid.eq(seq.in_wr_valid), core.in_wr.ib.eq(seq.in_wr_ib), core.in_wr.q.eq(seq.in_wr_q),
             core.in_wr.j.eq(seq.in_wr_j), core.in_wr.data.eq(seq.in_wr_data),
             core.w_wr.valid.eq(seq.w_wr_valid), core.w_wr.wb.eq(seq.w_wr_wb), core.w_wr.lane.eq(seq.w_wr_lane),
-            core.w_wr.data.eq(seq.w_wr_data),
+            core.w_wr.data.eq(seq.w_wr_data), core.w_wr.q.eq(seq.w_wr_q), core.b_wr.q.eq(seq.b_wr_q),
             core.b_wr.valid.eq(seq.b_wr_valid), core.b_wr.wb.eq(seq.b_wr_wb), core.b_wr.base.eq(seq.b_wr_base),
             core.b_wr.data.eq(seq.b_wr_data),
             core.step.valid.eq(seq.step_valid), seq.step_ready.eq(core.step.ready),

@@ -50,8 +50,8 @@ class Job:
     t: int
     first: bool
     last: bool
-    w_writes: list[tuple[int, int]] = field(default_factory=list)          # (lane, data)
-    b_writes: list[tuple[int, int]] = field(default_factory=list)          # (base, data)
+    w_writes: list[tuple[int, int, int]] = field(default_factory=list)     # (q, lane, data)
+    b_writes: list[tuple[int, int, int]] = field(default_factory=list)     # (q, base, data)
     in_writes: list[tuple[int, int, int]] = field(default_factory=list)    # (q, j, data)
     expect: np.ndarray | None = None     # last step: rows x 2TC expected words
     check: np.ndarray | None = None      # last step: rows x 2TC bool, which words are defined
@@ -68,7 +68,7 @@ class Layer:
     shift: int
     relu: bool
     jobs: list[Job]
-    g_after: int | None = None    # set g to this as soon as the last step is accepted (next pass)
+    g_after: int | None = None    # set g to this as soon as the last step is released (next pass)
 
 
 class Plan:
@@ -104,22 +104,40 @@ class Plan:
         Wt = self.int16((self.TPk, C))
         job = Job(t=t, first=False, last=False)
         for lane in range(self.TPk):
-            words = self.int16(2 * TC)
-            words[:C] = Wt[lane]
-            job.w_writes.append((lane, pack_words(words)))
+            job.w_writes += [(q, lane, pack_words(w)) for q, w in self.group_copies(Wt[lane])]
         if bias is not None:
-            bw = core.nmax // 2
-            for base in range(0, C, bw):
-                chunk = self.rng.integers(-(1 << 31), 1 << 31, size=bw, dtype=np.int64)
-                n = min(bw, C - base)
-                chunk[:n] = bias[base:base + n]
-                job.b_writes.append((base, pack_bias(chunk)))
+            job.b_writes += self.bias_copies(bias)
         for q in range(self.g):
             for j in range(t):
                 lanes = self.int16(2 * TP)
                 lanes[:self.TPk] = X[q][j]
                 job.in_writes.append((q, j, pack_words(lanes)))
         return X, Wt, job
+
+    def group_copies(self, row: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """What the control unit writes for one weight row: one 2TC-word vector per group q,
+        the row at columns [q*cw, q*cw + C) (the read moved back by q*cw words), other
+        columns random (the words before and after the row in memory)."""
+        out = []
+        for q in range(self.g):
+            words = self.int16(2 * self.core.TC)
+            words[q * self.cw:q * self.cw + len(row)] = row
+            out.append((q, words))
+        return out
+
+    def bias_copies(self, bias: np.ndarray) -> list[tuple[int, int, int]]:
+        """(q, base, data) of the b_wr writes: per group q, the NMAX/2-column chunks at logical
+        bases (multiples of NMAX/2) covering [q*cw, q*cw + C), each read q*cw int32 early."""
+        bw, C, out = self.core.nmax // 2, len(bias), []
+        for q in range(self.g):
+            lo = q * self.cw
+            for base in range(lo // bw * bw, lo + C, bw):
+                chunk = self.rng.integers(-(1 << 31), 1 << 31, size=bw, dtype=np.int64)
+                for i in range(bw):
+                    if 0 <= base + i - lo < C:
+                        chunk[i] = bias[base + i - lo]
+                out.append((q, base, pack_bias(chunk)))
+        return out
 
     def block(self, t: int, steps: int, C: int, reuse: bool = False) -> None:
         """One row block of `steps` weight steps with t rows per group and C real columns.
@@ -238,6 +256,8 @@ class CoreDriver:
             if ctx.get(core.released):
                 n_rel += 1
                 tr.released.append(tr.cycle)
+                if n_rel == len(jobs) and g_after is not None:
+                    ctx.set(core.g, g_after)        # every step released: the next pass may regroup
             if ctx.get(core.mac_active):
                 tr.mac_cycles.append(tr.cycle)
             if ctx.get(core.block_done):
@@ -269,9 +289,11 @@ class CoreDriver:
                     half = (base + i) % 2
                     ctx.set(port.valid, 1)
                     if name == "w":
-                        ctx.set(port.wb, half), ctx.set(port.lane, item[0]), ctx.set(port.data, item[1])
+                        ctx.set(port.wb, half), ctx.set(port.q, item[0]), ctx.set(port.lane, item[1])
+                        ctx.set(port.data, item[2])
                     elif name == "b":
-                        ctx.set(port.wb, half), ctx.set(port.base, item[0]), ctx.set(port.data, item[1])
+                        ctx.set(port.wb, half), ctx.set(port.q, item[0]), ctx.set(port.base, item[1])
+                        ctx.set(port.data, item[2])
                     else:
                         ctx.set(port.ib, half), ctx.set(port.q, item[0]), ctx.set(port.j, item[1])
                         ctx.set(port.data, item[2])
@@ -309,8 +331,6 @@ class CoreDriver:
                             waiting.append(nxt)
                         nxt += 1
                         self.n_issued += 1
-                        if nxt == len(jobs) and g_after is not None:
-                            ctx.set(core.g, g_after)
             await self._tick(ctx)
             assert tr.cycle < 100_000, "core stopped making progress"
         for _, port in ports:
@@ -539,46 +559,8 @@ def test_converts_to_verilog():
 
 
 # ---------------------------------------------------------------------------
-# the replication network and the netlist's size
+# the netlist's size
 # ---------------------------------------------------------------------------
-def test_replicate_groups_copies_group_zero_to_every_group():
-    """out[c] = words[c mod period] for c < 2**stages * period, at every runtime period."""
-    from amaranth import Cat, Module
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    from fluidnpu.hw.mac_tree import replicate_groups
-
-    n, stages = 12, 2
-
-    class Rep(wiring.Component):
-        def __init__(self) -> None:
-            super().__init__({"words": In(8 * n), "period": In(range(n + 1)), "out": Out(8 * n)})
-
-        def elaborate(self, platform):
-            m = Module()
-            got = replicate_groups(m, [self.words[8 * c:8 * c + 8] for c in range(n)], self.period, stages, "r")
-            m.d.comb += self.out.eq(Cat(got))
-            return m
-
-    dut = Rep()
-    words = list(range(1, n + 1))
-    packed = sum(w << (8 * c) for c, w in enumerate(words))
-
-    async def bench(ctx):
-        for period in range(1, n + 1):
-            ctx.set(dut.words, packed)
-            ctx.set(dut.period, period)
-            out = ctx.get(dut.out)
-            got = [(out >> (8 * c)) & 0xFF for c in range(n)]
-            for c in range(min(n, (1 << stages) * period)):
-                assert got[c] == words[c % period], (period, c, got)
-
-    sim = Simulator(dut)
-    sim.add_testbench(bench)
-    sim.run()
-
-
 def test_netlist_grows_linearly_in_tc():
     """Doubling TC at most about doubles the core's Verilog. Before the replication
     network drove a signal per level, every level re-emitted the previous one's
