@@ -127,48 +127,6 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     return rep
 
 
-REPLICATION_POINTS = ((4, 2), (16, 8))     # (TC, NB): inside and 2x/2x beyond the sweep's range
-
-
-def replication_check(root: Path, reuse: bool) -> list[dict[str, Any]]:
-    """Yosys LUTs of the weight + bias replication network alone (hw/mac_tree.replicate_groups, as
-    EngineCore instantiates it, registered), per 2:1 multiplexer bit of `replication_bits`: the
-    term that dominates at the DSE's sizes, so whether its per-bit cost holds as TC and NB grow."""
-    from amaranth import Cat, Module
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    from fluidnpu.dse.resource_model import replication_bits
-    from fluidnpu.hw.mac_tree import replicate_groups
-    from fluidnpu.hw.synth import synthesize
-
-    class Replication(wiring.Component):
-        def __init__(self, TC: int, NB: int) -> None:
-            self.n, self.lg = 2 * TC, NB.bit_length() - 1
-            super().__init__({"wd": In(16 * self.n), "bd": In(33 * self.n), "cw": In(range(self.n + 1)),
-                              "wo": Out(16 * self.n), "bo": Out(33 * self.n)})
-
-        def elaborate(self, platform: Any) -> Module:
-            m = Module()
-            for src, dst, w in ((self.wd, self.wo, 16), (self.bd, self.bo, 33)):
-                words = [src[w * i: w * (i + 1)] for i in range(self.n)]
-                m.d.sync += dst.eq(Cat(*replicate_groups(m, words, self.cw, self.lg, f"r{w}")))
-            return m
-
-    out = []
-    for tc, nb in REPLICATION_POINTS:
-        wd = root / f"replication_tc{tc}_nb{nb}"
-        if reuse and (wd / "result.json").exists():
-            out.append(json.loads((wd / "result.json").read_text()))
-            continue
-        rep = synthesize(Replication(tc, nb), "replication", workdir=wd, timeout=SYNTH_TIMEOUT_S)
-        bits = float(replication_bits(tc, nb))
-        out.append({"TC": tc, "NB": nb, "mux_bits": bits, "lut": rep.total.lut, "lut_per_bit": rep.total.lut / bits,
-                    "seconds": round(rep.seconds, 1), "rtl": rtl_version()})
-        (wd / "result.json").write_text(json.dumps(out[-1]))
-    return out
-
-
 def buffer_class(memory: str) -> str:
     """Which of the model's memories an RTL memory is (names from hw/engine_core.py)."""
     leaf = memory.rsplit(".", 1)[-1]
@@ -486,14 +444,10 @@ def main() -> None:
     rtl = reports[configs[0]].get("rtl")
     ys = {c: yosys_summary(reports[c]) for c in configs}
     fit_cfgs = [c for c in configs if c.fit and ys[c]["buffers_in_bram"] and c.family == "xc7"]
-    # the replication network's per-bit cost, measured on the network alone up to beyond the sweep's TC
-    # and NB, is held in the fit: inside the engine it is nearly collinear with the per-PE and bank terms
-    replication = replication_check(root, args.reuse)
-    fixed = {"lut_per_rep_bit": float(f"{replication[-1]['lut_per_bit']:.3g}")}
-    fit = fit_costs(fit_cfgs, ys, fixed)
+    fit = fit_costs(fit_cfgs, ys)
     refit: LogicCosts = fit["costs"]
     up_to_date = refit == DEFAULT_LOGIC
-    loo = leave_one_out(fit_cfgs, ys, fixed)
+    loo = leave_one_out(fit_cfgs, ys)
 
     rows = []
     for c in configs:
@@ -558,10 +512,6 @@ def main() -> None:
                              "memories": reports[c]["memories"], "dsp_sources": reports[c]["dsp_sources"]}
                     for c in configs},
     }
-    doc["replication_check"] = replication
-    for r in replication:
-        console.print(f"replication network alone, TC {r['TC']} NB {r['NB']}: {r['lut']} LUT for "
-                      f"{r['mux_bits']:.0f} mux bits = {r['lut_per_bit']:.3f} LUT/bit")
     (out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(rows, out / "calibration.png")
     (out / "calibration.md").write_text(markdown(rows, picks))

@@ -41,9 +41,11 @@ class LogicCosts:
     hw/registers.py and the top's glue), whose datapaths carry DMA vectors of NMAX =
     max(2TP, 2TC, 16) words and the core's write ports (2TP input lanes, 2TC weight words),
     and the *engine* (hw/engine_core.py): per PE (TC) an accumulate adder pair, requantisers,
-    bias registers; per MAC (TP*TC) the adder-tree adder, pipeline and weight registers; the
-    operand multiplexers that pick each PE's row from NB input banks (16*TP*TC*NB inputs); and
-    the weight/bias replication network (`replication_bits`, ~ TC log TC log NB).
+    bias registers and the group match of its weight/bias writes; per MAC (TP*TC) the adder-tree
+    adder, pipeline and weight registers with their write enables; and the operand multiplexers
+    that pick each PE's row from NB input banks (16*TP*TC*NB inputs). There is no replication
+    network: each sample group's copy of the weights is a DMA read of its own, which the
+    performance model prices (docs/hw-architecture.md, "Giving every group its weights").
 
     The values are the least-squares fit of this form, part by part, to Yosys 0.70
     `synth_xilinx -family xc7` of the NPU (hierarchy kept) over the sweep in
@@ -73,7 +75,6 @@ class LogicCosts:
     lut_per_mac: float = 57.5            # adder-tree adder, weight-register write enables
     ff_per_mac: float = 48.3             # double-buffered weight registers, tree pipeline registers
     lut_per_mux_input_bit: float = 0.489 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
-    lut_per_rep_bit: float = 0.638       # weight/bias replication network, per 2:1 multiplexer bit
     lut_per_stack_pair: float = 32.0     # held, not fitted (see above)
 
 
@@ -165,18 +166,6 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
-def replication_bits(TC: np.ndarray, bmax: int) -> np.ndarray:
-    """2:1 multiplexer bits of the network that copies a weight row and a bias chunk written for
-    group 0 into every group of a packed pass (hw/mac_tree.py, replicate_groups): log2 NB doubling
-    stages over 2TC word slots; stage s shifts by cw << s, a barrel shifter of ceil(log2 2TC) - s
-    levels (the known-zero low levels are skipped), then one select per slot; 16-bit weights and
-    33-bit (bias + valid) words. It grows as TC log TC log NB, faster than the PE count."""
-    slots = 2 * np.asarray(TC)
-    levels = np.ceil(np.log2(np.maximum(slots, 2)))
-    per_slot = sum(np.maximum(levels - s, 0) + 1 for s in range(int(math.log2(input_banks(bmax)))))
-    return (WORD_BITS + 33) * slots * per_slot
-
-
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue."""
@@ -195,8 +184,7 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
     TP, TC = np.asarray(TP), np.asarray(TC)
     nb = input_banks(bmax)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
-           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb
-           + costs.lut_per_rep_bit * replication_bits(TC, bmax))
+           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb)
     if not stackable:
         # the fitted terms include the Stackable-PE logic (every RTL build has it); a plain-PE
         # engine saves, per PE pair, the pair adder and the 2:1 lane multiplexers of stacking

@@ -451,6 +451,35 @@ def test_every_mode_and_group_count():
     run_and_check(core, layers)
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_each_group_takes_only_its_own_copy(descending):
+    """The loader writes every group's copy of a weight row and a bias chunk (w_wr/b_wr with q),
+    the row at columns [q*cw, q*cw + C) and other words in every other column: only group q's
+    columns may take it. Ascending writes catch a copy leaking into lower groups, descending
+    ones into higher groups (a later write would hide it otherwise); an odd bias chunk and
+    C < cw put chunk boundaries inside groups. Shift 18 keeps the outputs off saturation."""
+    core = EngineCore(TR=8, TP=4, TC=5, NB=4, nmax=16)
+    rng = np.random.default_rng(11)
+    layers, n = [], 0
+    for k in core.modes:
+        nPE, _, TRk = mode_dims(core, k)
+        for g in sorted({2, min(core.NB, nPE, TRk)}):
+            if g > min(nPE, TRk):
+                continue
+            cw = nPE // g
+            plan = Plan(core, k, g, cw, 18, False, rng, n)
+            for t, steps in ((1, 2), (TRk // g, 1)):
+                plan.block(t, steps, max(1, cw - 1))        # C < cw: columns of no group in between
+            layer = plan.layer()
+            if descending:
+                for job in layer.jobs:
+                    job.w_writes.sort(key=lambda wr: -wr[0])
+                    job.b_writes.sort(key=lambda wr: -wr[0])
+            layers.append(layer)
+            n += len(layer.jobs)
+    run_and_check(core, layers)
+
+
 def test_odd_sizes():
     """Odd TP (k=1/2 idles lane 2h) and odd TC (k=2 idles the last PE), C < cw leftovers."""
     core = EngineCore(**ODD)
