@@ -72,7 +72,8 @@ class EngineCore(wiring.Component):
     """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
 
     Attributes after construction:
-      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2)
+      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2; only
+                k = 1 without Stackable PEs, `stackable=False`)
       latency:  {k code: cycles from a row's issue to its staging write}; a
                 block's `block_done` comes latency + 1 cycles after its last
                 row's issue, i.e. a block of steps issued back to back takes
@@ -80,7 +81,8 @@ class EngineCore(wiring.Component):
       tree_levels: ceil(log2 TP)
     """
 
-    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None) -> None:
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None,
+                 stackable: bool = True) -> None:
         if min(TR, TP, TC) < 1:
             raise ValueError("TR, TP, TC must be >= 1")
         if NB < 2 or NB & (NB - 1):
@@ -92,7 +94,10 @@ class EngineCore(wiring.Component):
         self.TR, self.TP, self.TC, self.NB, self.nmax = TR, TP, TC, NB, nmax
         self.h = TP // 2
         self.tree_levels = L = ceil_log2(TP)
-        self.modes = (K1,) + ((K2,) if TC >= 2 and TR >= 2 else ()) + ((KHALF,) if TP >= 2 and TR >= 2 else ())
+        # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
+        # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
+        self.modes = (K1,) + ((K2,) if stackable and TC >= 2 and TR >= 2 else ()) + (
+            (KHALF,) if stackable and TP >= 2 and TR >= 2 else ())
         self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
         self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
         super().__init__({

@@ -53,10 +53,11 @@ class Npu(wiring.Component):
         p = self.params
         NB, NMAX = banks(p.bmax), nmax(p.TP, p.TC)
         m.submodules.regs = regs = NpuRegisters(p)
-        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX)
+        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX,
+                        stackable=p.stackable)
         m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
                                         tag_width=seq.tag.size)
-        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX)
+        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable)
         # SOFT_RESET aborts a run: the control unit and the core are held in reset while
         # the DMA finishes the bursts it has already issued (AXI has no abort), so the
         # bus is clean when the NPU is idle again.

@@ -312,6 +312,7 @@ class NpuParams:
     axi_dw: int = 64
     design_hash: int = 0
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
+    stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
@@ -344,7 +345,7 @@ class NpuParams:
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
-                   fbcb=tuple(fbcb_table(d)))
+                   fbcb=tuple(fbcb_table(d)), stackable=bool(d.get("dse", {}).get("stackable", True)))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

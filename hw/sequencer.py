@@ -47,8 +47,10 @@ def tag_layout(NB: int, TR: int, TP: int, TC: int, nmax: int) -> data.StructLayo
 class Sequencer(wiring.Component):
     """The NPU's control unit; see the module docstring and docs/hw-architecture.md."""
 
-    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int) -> None:
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
+                 stackable: bool = True) -> None:
         self.TR, self.TP, self.TC, self.NB, self.bmax, self.layers, self.nmax = TR, TP, TC, NB, bmax, layers, nmax
+        self.stackable = stackable
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
         b_bits = bits_for(bmax)
         self.fbcb_bits = ceil_log2(bmax) + 2
@@ -181,7 +183,9 @@ class Sequencer(wiring.Component):
                 code = self.fbcb_data[:2]
                 brm1 = self.fbcb_data[2:] if self.fbcb_bits > 2 else Const(0, 1)
                 m.d.sync += [kcode.eq(code), BR.eq(brm1 + 1), acc.eq(0), cnt.eq(0)]
-                no_mode = (code == 3) | ((code == 1) & (TC < 2 or TR < 2)) | ((code == 2) & (TP < 2 or TR < 2))
+                st = self.stackable
+                no_mode = ((code == 3) | ((code == 1) & (not st or TC < 2 or TR < 2))
+                           | ((code == 2) & (not st or TP < 2 or TR < 2)))
                 with m.If(no_mode | (brm1 + 1 > b)):
                     m.d.sync += err_latched.eq(ErrorCode.BAD_DESCRIPTOR)
                     m.next = "ERROR"

@@ -480,6 +480,23 @@ def test_each_group_takes_only_its_own_copy(descending):
     run_and_check(core, layers)
 
 
+def test_plain_pe_engine_has_k1_only_and_computes():
+    """stackable=False (the baselines' engines): k = 1 only, bit-exact, and no pair adders, k=1/2
+    halves or their multiplexers in the netlist."""
+    core = EngineCore(**SMALL, stackable=False)
+    assert core.modes == (K1,)
+    rng = np.random.default_rng(3)
+    layers, n = [], 0
+    for g in (1, 2, 4):
+        layers.append(plan_layer(core, K1, g, core.TC // g, 12, False, rng, n, [(core.TR // g, 2), (1, 1)]))
+        n += len(layers[-1].jobs)
+    run_and_check(core, layers)
+    plain = verilog.convert(core, name="core", emit_src=False)
+    full = verilog.convert(EngineCore(**SMALL), name="core", emit_src=False)
+    assert "pair0" in full and "pair0" not in plain and "cb0" in full and "cb0" not in plain
+    assert len(plain) < 0.9 * len(full)
+
+
 def test_odd_sizes():
     """Odd TP (k=1/2 idles lane 2h) and odd TC (k=2 idles the last PE), C < cw leftovers."""
     core = EngineCore(**ODD)
