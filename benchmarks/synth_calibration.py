@@ -90,6 +90,11 @@ CONFIGS = [
     Config(1024, 2, 2, 2), Config(1024, 4, 4, 2), Config(1024, 8, 8, 4), Config(1024, 16, 2, 2),
     Config(2048, 4, 4, 8),
     Config(1024, 8, 4, 2, scope="engine"), Config(1024, 4, 8, 2, scope="engine"), Config(1024, 4, 4, 4, scope="engine"),
+    # the whole-NPU points' engines alone: the engine terms from engines only (`--cached-only` with
+    # just these: the control terms are then held, see fit_costs)
+    Config(1024, 2, 2, 2, scope="engine"), Config(1024, 4, 4, 2, scope="engine"), Config(1024, 8, 8, 4, scope="engine"),
+    Config(1024, 16, 2, 2, scope="engine"), Config(2048, 4, 4, 8, scope="engine"),
+    Config(1024, 2, 16, 8, scope="engine", fit=False),     # held out: twice the fit's TC, NB 8
     Config(8, 4, 4, 2, fit=False), Config(1024, 3, 5, 3, fit=False), Config(1024, 4, 4, 4, family="xcup", fit=False),
 ]
 
@@ -101,7 +106,9 @@ def rtl_version() -> dict[str, Any]:
     import subprocess
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+        # from the repository root: `-- hw` names the RTL's folder (from benchmarks/ it named nothing)
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
 
     return {"hw_commit": git("log", "-1", "--format=%H", "--", "hw"), "hw_dirty": bool(git("status", "--porcelain", "--", "hw"))}
 
@@ -251,8 +258,9 @@ def fit_nonneg(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
               fixed: dict[str, float] | None = None) -> dict[str, Any]:
     """Fit every LogicCosts field to the Yosys counts of its own part; HELD fields keep the model's
-    values and `fixed` ones the given values (measured separately). Returns the fitted LogicCosts
-    (rounded as they would be written down) and diagnostics."""
+    values and `fixed` ones the given values (measured separately); a part with no points (the
+    control, when only engines alone are synthesized) keeps the model's values too. Returns the
+    fitted LogicCosts (rounded as they would be written down) and diagnostics."""
     fixed = fixed or {}
     held_names = set(HELD) | set(fixed)
     base_costs = replace(DEFAULT_LOGIC, **fixed)
@@ -260,6 +268,9 @@ def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
     diag: dict[str, Any] = {}
     for part in PARTS:
         pts = [c for c in cfgs if ys[c][part] is not None]      # control: whole-NPU points only
+        if not pts:
+            held_names |= {n for res_cols in cost_columns(cfgs[:1], part)[0].values() for n in res_cols}
+            continue
         cols, base = cost_columns(pts, part)
         for res in ("lut", "ff"):
             y = np.array([ys[c][part][res] for c in pts], float)

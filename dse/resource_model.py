@@ -48,11 +48,12 @@ class LogicCosts:
     performance model prices (docs/hw-architecture.md, "Giving every group its weights").
 
     The values are the least-squares fit of this form, part by part, to Yosys 0.70
-    `synth_xilinx -family xc7` of the NPU (hierarchy kept) over the sweep in
-    benchmarks/synth_calibration.py (CONFIGS, the 8 points marked fit: TP 2-16, TC 2-8, NB 2-8),
-    RTL hw/ at commit 28efb23, run 2026-11-23; `lut_per_rep_bit` is the replication network
-    synthesized alone at TC 16, NB 8 (REPLICATION_POINTS). docs/resources.md has the table, the
-    residuals (leave-one-out: LUT 2.6 % rms, FF 0.7 %) and what they do to the DSE's picks.
+    `synth_xilinx -family xc7` (hierarchy kept) over the sweep in benchmarks/synth_calibration.py.
+    Control: the 5 whole-NPU points, RTL hw/ at commit 28efb23, run 2026-11-23 (the control unit
+    has changed little since: the per-group weight-read counters). Engine: EngineCore alone at the
+    8 engine sizes of the sweep (TP 2-16, TC 2-8, NB 2-8), RTL hw/ at 613f20f (no replication
+    network), run 2026-11-24 with `--cached-only` (the control terms are then held).
+    docs/resources.md has the tables and residuals (engine leave-one-out: LUT 13 % rms, FF 3.7 %).
     `lut_per_stack_pair` is not fitted: every RTL build has Stackable PEs, so the sweep cannot
     separate their cost from the per-PE and per-MAC terms; it is the estimate of what dropping
     them saves (the --no-stackable baselines).
@@ -68,13 +69,13 @@ class LogicCosts:
     lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
     ff_per_bank: float = 261.0
     # engine
-    lut_core_base: float = 473.0
-    ff_core_base: float = 219.0
-    lut_per_pe: float = 526.0            # accumulate adders, requantise/saturate/ReLU, bias selection
-    ff_per_pe: float = 341.0             # bias registers, accumulate and post-processing registers
-    lut_per_mac: float = 57.5            # adder-tree adder, weight-register write enables
-    ff_per_mac: float = 48.3             # double-buffered weight registers, tree pipeline registers
-    lut_per_mux_input_bit: float = 0.489 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_core_base: float = 610.0
+    ff_core_base: float = 391.0
+    lut_per_pe: float = 627.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 295.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 32.6            # adder-tree adder, weight-register write enables
+    ff_per_mac: float = 47.5             # double-buffered weight registers, tree pipeline registers
+    lut_per_mux_input_bit: float = 0.959 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
     lut_per_stack_pair: float = 32.0     # held, not fitted (see above)
 
 
