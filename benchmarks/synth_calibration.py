@@ -45,9 +45,10 @@ from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logi
 AXI_DW = 64
 BUFFER_CLASSES = ("input", "accumulator", "output")
 PARTS = ("control", "engine")
-# Every RTL build has Stackable PEs, so their cost cannot be told apart from the per-PE/per-MAC
-# terms: held at the model's value (it only prices the --no-stackable baselines).
-HELD = ("lut_per_stack_pair",)
+# The sweep's engines all have Stackable PEs, so their cost cannot be told apart from the per-PE/
+# per-MAC terms here: held at the model's values, measured on plain-PE engines (stackable=False)
+# against their stackable twins (docs/resources.md); they only price the --no-stackable baselines.
+HELD = ("lut_per_stack_pair", "ff_per_stack_pair")
 SYNTH_TIMEOUT_S = 1500.0      # one design point; beyond it the run fails with the log's path
 
 

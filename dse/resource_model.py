@@ -54,9 +54,10 @@ class LogicCosts:
     8 engine sizes of the sweep (TP 2-16, TC 2-8, NB 2-8), RTL hw/ at 613f20f (no replication
     network), run 2026-11-24 with `--cached-only` (the control terms are then held).
     docs/resources.md has the tables and residuals (engine leave-one-out: LUT 13 % rms, FF 3.7 %).
-    `lut_per_stack_pair` is not fitted: every RTL build has Stackable PEs, so the sweep cannot
-    separate their cost from the per-PE and per-MAC terms; it is the estimate of what dropping
-    them saves (the --no-stackable baselines).
+    `*_per_stack_pair` are not fitted with the rest (the sweep's engines all have Stackable PEs):
+    they are what an engine built with `stackable=False` (the --no-stackable baselines) saves per
+    PE pair beyond half its bank-multiplexer inputs, measured on two such engines against their
+    stackable twins (docs/resources.md).
     """
 
     # control: sequencer, AXI DMA, AXI4-Lite registers, top glue
@@ -76,7 +77,8 @@ class LogicCosts:
     lut_per_mac: float = 32.6            # adder-tree adder, weight-register write enables
     ff_per_mac: float = 47.5             # double-buffered weight registers, tree pipeline registers
     lut_per_mux_input_bit: float = 0.959 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
-    lut_per_stack_pair: float = 32.0     # held, not fitted (see above)
+    lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
+    ff_per_stack_pair: float = 202.0
 
 
 DEFAULT_LOGIC = LogicCosts()
@@ -186,11 +188,15 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
     nb = input_banks(bmax)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
            + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb)
-    if not stackable:
-        # the fitted terms include the Stackable-PE logic (every RTL build has it); a plain-PE
-        # engine saves, per PE pair, the pair adder and the 2:1 lane multiplexers of stacking
-        lut = lut - (TC // 2) * (costs.lut_per_stack_pair + TP * WORD_BITS * 0.5)
     ff = costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
+    if not stackable:
+        # the fitted terms include the Stackable-PE logic (every sweep engine has it); a plain-PE
+        # engine (k = 1 only) lacks the k=2 upper lanes' and the k=1/2 upper halves' bank selects
+        # (half the multiplexer inputs) and, per PE pair, the pair adder, the k=1/2 half-tree
+        # taps, upper-half bias registers and lane multiplexers
+        lut = lut - (costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb * 0.5
+                     + (TC // 2) * costs.lut_per_stack_pair)
+        ff = ff - (TC // 2) * costs.ff_per_stack_pair
     return lut, ff
 
 

@@ -113,9 +113,11 @@ def test_engine_terms():
         assert lut(4, 256, nb_bmax) - lut(4, 128, nb_bmax) == pytest.approx(lut(4, 128, nb_bmax) - lut(4, 0, nb_bmax))
     assert ff(4, 9, 2) - ff(4, 8, 2) == pytest.approx(c.ff_per_pe + 4 * c.ff_per_mac)
     assert ff(4, 8, 8) == ff(4, 8, 2)        # banks cost the engine multiplexers, not registers
-    # plain PEs save the stacking logic: the pair adder and 2:1 lane multiplexers per PE pair
-    plain = float(engine_logic(7, 128, 8, False)[0])
-    assert lut(7, 128, 8) - plain == pytest.approx(64 * (c.lut_per_stack_pair + 7 * 8))
+    # plain PEs (k = 1 only) save half the bank-multiplexer inputs and the stacking logic per PE pair
+    plain_lut, plain_ff = (float(v) for v in engine_logic(7, 128, 8, False))
+    assert lut(7, 128, 8) - plain_lut == pytest.approx(c.lut_per_mux_input_bit * 16 * 7 * 128 * 8 / 2
+                                                       + 64 * c.lut_per_stack_pair)
+    assert ff(7, 128, 8) - plain_ff == pytest.approx(64 * c.ff_per_stack_pair)
 
 
 def test_control_terms():
