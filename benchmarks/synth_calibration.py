@@ -45,9 +45,10 @@ from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logi
 AXI_DW = 64
 BUFFER_CLASSES = ("input", "accumulator", "output")
 PARTS = ("control", "engine")
-# Every RTL build has Stackable PEs, so their cost cannot be told apart from the per-PE/per-MAC
-# terms: held at the model's value (it only prices the --no-stackable baselines).
-HELD = ("lut_per_stack_pair",)
+# The sweep's engines all have Stackable PEs, so their cost cannot be told apart from the per-PE/
+# per-MAC terms here: held at the model's values, measured on plain-PE engines (stackable=False)
+# against their stackable twins (docs/resources.md); they only price the --no-stackable baselines.
+HELD = ("lut_per_stack_pair", "ff_per_stack_pair")
 SYNTH_TIMEOUT_S = 1500.0      # one design point; beyond it the run fails with the log's path
 
 
@@ -90,6 +91,11 @@ CONFIGS = [
     Config(1024, 2, 2, 2), Config(1024, 4, 4, 2), Config(1024, 8, 8, 4), Config(1024, 16, 2, 2),
     Config(2048, 4, 4, 8),
     Config(1024, 8, 4, 2, scope="engine"), Config(1024, 4, 8, 2, scope="engine"), Config(1024, 4, 4, 4, scope="engine"),
+    # the whole-NPU points' engines alone: the engine terms from engines only (`--cached-only` with
+    # just these: the control terms are then held, see fit_costs)
+    Config(1024, 2, 2, 2, scope="engine"), Config(1024, 4, 4, 2, scope="engine"), Config(1024, 8, 8, 4, scope="engine"),
+    Config(1024, 16, 2, 2, scope="engine"), Config(2048, 4, 4, 8, scope="engine"),
+    Config(1024, 2, 16, 8, scope="engine", fit=False),     # held out: twice the fit's TC, NB 8
     Config(8, 4, 4, 2, fit=False), Config(1024, 3, 5, 3, fit=False), Config(1024, 4, 4, 4, family="xcup", fit=False),
 ]
 
@@ -101,7 +107,9 @@ def rtl_version() -> dict[str, Any]:
     import subprocess
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+        # from the repository root: `-- hw` names the RTL's folder (from benchmarks/ it named nothing)
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
 
     return {"hw_commit": git("log", "-1", "--format=%H", "--", "hw"), "hw_dirty": bool(git("status", "--porcelain", "--", "hw"))}
 
@@ -125,48 +133,6 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     rep["rtl"] = rtl_version()
     cache.write_text(json.dumps(rep, indent=1))
     return rep
-
-
-REPLICATION_POINTS = ((4, 2), (16, 8))     # (TC, NB): inside and 2x/2x beyond the sweep's range
-
-
-def replication_check(root: Path, reuse: bool) -> list[dict[str, Any]]:
-    """Yosys LUTs of the weight + bias replication network alone (hw/mac_tree.replicate_groups, as
-    EngineCore instantiates it, registered), per 2:1 multiplexer bit of `replication_bits`: the
-    term that dominates at the DSE's sizes, so whether its per-bit cost holds as TC and NB grow."""
-    from amaranth import Cat, Module
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    from fluidnpu.dse.resource_model import replication_bits
-    from fluidnpu.hw.mac_tree import replicate_groups
-    from fluidnpu.hw.synth import synthesize
-
-    class Replication(wiring.Component):
-        def __init__(self, TC: int, NB: int) -> None:
-            self.n, self.lg = 2 * TC, NB.bit_length() - 1
-            super().__init__({"wd": In(16 * self.n), "bd": In(33 * self.n), "cw": In(range(self.n + 1)),
-                              "wo": Out(16 * self.n), "bo": Out(33 * self.n)})
-
-        def elaborate(self, platform: Any) -> Module:
-            m = Module()
-            for src, dst, w in ((self.wd, self.wo, 16), (self.bd, self.bo, 33)):
-                words = [src[w * i: w * (i + 1)] for i in range(self.n)]
-                m.d.sync += dst.eq(Cat(*replicate_groups(m, words, self.cw, self.lg, f"r{w}")))
-            return m
-
-    out = []
-    for tc, nb in REPLICATION_POINTS:
-        wd = root / f"replication_tc{tc}_nb{nb}"
-        if reuse and (wd / "result.json").exists():
-            out.append(json.loads((wd / "result.json").read_text()))
-            continue
-        rep = synthesize(Replication(tc, nb), "replication", workdir=wd, timeout=SYNTH_TIMEOUT_S)
-        bits = float(replication_bits(tc, nb))
-        out.append({"TC": tc, "NB": nb, "mux_bits": bits, "lut": rep.total.lut, "lut_per_bit": rep.total.lut / bits,
-                    "seconds": round(rep.seconds, 1), "rtl": rtl_version()})
-        (wd / "result.json").write_text(json.dumps(out[-1]))
-    return out
 
 
 def buffer_class(memory: str) -> str:
@@ -273,8 +239,9 @@ def fit_nonneg(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
               fixed: dict[str, float] | None = None) -> dict[str, Any]:
     """Fit every LogicCosts field to the Yosys counts of its own part; HELD fields keep the model's
-    values and `fixed` ones the given values (measured separately). Returns the fitted LogicCosts
-    (rounded as they would be written down) and diagnostics."""
+    values and `fixed` ones the given values (measured separately); a part with no points (the
+    control, when only engines alone are synthesized) keeps the model's values too. Returns the
+    fitted LogicCosts (rounded as they would be written down) and diagnostics."""
     fixed = fixed or {}
     held_names = set(HELD) | set(fixed)
     base_costs = replace(DEFAULT_LOGIC, **fixed)
@@ -282,6 +249,9 @@ def fit_costs(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
     diag: dict[str, Any] = {}
     for part in PARTS:
         pts = [c for c in cfgs if ys[c][part] is not None]      # control: whole-NPU points only
+        if not pts:
+            held_names |= {n for res_cols in cost_columns(cfgs[:1], part)[0].values() for n in res_cols}
+            continue
         cols, base = cost_columns(pts, part)
         for res in ("lut", "ff"):
             y = np.array([ys[c][part][res] for c in pts], float)
@@ -466,14 +436,10 @@ def main() -> None:
     rtl = reports[configs[0]].get("rtl")
     ys = {c: yosys_summary(reports[c]) for c in configs}
     fit_cfgs = [c for c in configs if c.fit and ys[c]["buffers_in_bram"] and c.family == "xc7"]
-    # the replication network's per-bit cost, measured on the network alone up to beyond the sweep's TC
-    # and NB, is held in the fit: inside the engine it is nearly collinear with the per-PE and bank terms
-    replication = replication_check(root, args.reuse)
-    fixed = {"lut_per_rep_bit": float(f"{replication[-1]['lut_per_bit']:.3g}")}
-    fit = fit_costs(fit_cfgs, ys, fixed)
+    fit = fit_costs(fit_cfgs, ys)
     refit: LogicCosts = fit["costs"]
     up_to_date = refit == DEFAULT_LOGIC
-    loo = leave_one_out(fit_cfgs, ys, fixed)
+    loo = leave_one_out(fit_cfgs, ys)
 
     rows = []
     for c in configs:
@@ -538,10 +504,6 @@ def main() -> None:
                              "memories": reports[c]["memories"], "dsp_sources": reports[c]["dsp_sources"]}
                     for c in configs},
     }
-    doc["replication_check"] = replication
-    for r in replication:
-        console.print(f"replication network alone, TC {r['TC']} NB {r['NB']}: {r['lut']} LUT for "
-                      f"{r['mux_bits']:.0f} mux bits = {r['lut_per_bit']:.3f} LUT/bit")
     (out / "calibration.json").write_text(json.dumps(doc, indent=1) + "\n")
     plot(rows, out / "calibration.png")
     (out / "calibration.md").write_text(markdown(rows, picks))

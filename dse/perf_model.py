@@ -163,18 +163,45 @@ class LayerCosts:
     C: np.ndarray
     bus: Bus
     timing: EngineTiming
+    bias_chunk: ArrayLike = 8    # int32 biases one read moves (NMAX / 2 = max(TP, TC, 8))
 
-    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray) -> np.ndarray:
-        """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias."""
-        return self.bus.cycles(np.asarray(rows) * w, rows, grain) + self.bus.cycles(2 * w, 1, 2 * w)
+    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike) -> np.ndarray:
+        """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias, for `groups`
+        sample groups side by side. Every group's copy is a read of its own (the core has no
+        replication network, docs/hw-architecture.md): group q reads the row q*w words early
+        (a packed pass has w = C = cw), (q + 1)*w words, so a row costs G reads of
+        w*G(G+1)/2 words in all; the bias likewise, one set of chunk reads per group."""
+        g = np.asarray(groups)
+        rows = np.asarray(rows)
+        weights = self.bus.cycles(rows * w * g * (g + 1) // 2, rows * g, grain)
+        return weights + self.bus.cycles(2 * w, 1, 2 * w) + self._bias_copies(w, g)
 
-    def tile(self, w: ArrayLike) -> TileCosts:
+    def _bias_copies(self, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """Reads of groups q >= 1's bias, beat for beat (hw/sequencer.py, state BIAS): group q's
+        columns [q*w, (q+1)*w) are covered by the NMAX/2-column chunks from the one holding
+        column q*w, each read q*w int32 before the logical column it lands in, from a 64-byte
+        aligned bias array (a packed pass is the layer's only column tile)."""
+        bw, wpb = np.asarray(self.bias_chunk), self.bus.words_per_beat
+        total = np.zeros(np.broadcast(w, groups, bw).shape)
+        n_chunks = int(np.max(-(-(np.max(w) + np.max(bw) - 1) // np.min(bw))))
+        for q in range(1, int(np.max(groups))):
+            lo = q * w
+            b0 = lo // bw * bw
+            for i in range(n_chunks):
+                col = b0 + i * bw                          # the chunk's first logical column
+                n = 2 * np.clip(lo + w - col, 0, bw)       # words of this read (0: no read)
+                beats = ((2 * (col - lo)) % wpb + n + wpb - 1) // wpb
+                total = total + np.where((q < groups) & (n > 0), beats, 0)
+        return total * (wpb * self.bus.word_bytes / self.bus.bytes_per_cycle)
+
+    def tile(self, w: ArrayLike, groups: ArrayLike = 1) -> TileCosts:
+        """A column tile of w columns run by `groups` sample groups side by side."""
         w = np.asarray(w)
         # only gcd(C, w, words per beat) matters: for a power-of-two beat, min of lowest set bits
         wpb = self.bus.words_per_beat
         grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
-        return TileCosts(w, self._weights(self.P, w, grain),
-                         self._weights(np.minimum(self.TPk, self.P), w, grain),
+        return TileCosts(w, self._weights(self.P, w, grain, groups),
+                         self._weights(np.minimum(self.TPk, self.P), w, grain, groups),
                          np.maximum(1.0, self.bus.cycles(w, 1, grain)))
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
@@ -247,8 +274,14 @@ def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, pa
     return BP + BR + npass + np.where(packed, narrow, 1) + per
 
 
+def bias_chunk(TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
+    """int32 biases one DMA read moves: NMAX / 2, NMAX = max(2TP, 2TC, 16) (hw/npu.py nmax)."""
+    return np.maximum(np.maximum(np.asarray(TP), np.asarray(TC)), 8)
+
+
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
-                timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0) -> LayerCosts:
+                timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0,
+                chunk: ArrayLike = 8) -> LayerCosts:
     """Step count and input-row read cost of a layer whose P = taps * cin.
 
     A weight step reads TPk consecutive values of each im2col row; they are
@@ -259,6 +292,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     the samples' 64-byte aligned tensors, so runs start at multiples of TPk.
     `inside`: the fraction of (row, tap) runs inside the input (`im2col_inside`);
     a run in the padding is a zero-fill command, one response and no beat.
+    `chunk`: int32 biases a read moves (`bias_chunk` of the engine).
     """
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
@@ -271,7 +305,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
     in_row = inside * bus.cycles(P, runs, align) + (1 - inside) * runs * bus.beat_cycles
-    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
+    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing, np.asarray(chunk))
 
 
 def layer_inside(layer) -> float:
@@ -340,8 +374,8 @@ class ModeCosts:
     exists: np.ndarray           # TPk >= 1 and TCk >= 1
     costs: LayerCosts
     nct: np.ndarray              # column tiles
-    full: TileCosts
-    last: TileCosts
+    w_full: np.ndarray           # columns of a full column tile
+    w_last: np.ndarray           # ... of the last
 
 
 def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: ArrayLike, k_code: int,
@@ -352,16 +386,14 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
     exists = (TPk >= 1) & (TCk >= 1)
     TPk, TCk = np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C = (np.asarray(x, dtype=np.int64) for x in (R, P, C))
-    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside)
+    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside, bias_chunk(TP, TC))
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
         costs = replace(costs, in_row=np.asarray(im2col_row_reads(geometry, int(TPk), bus)))
     nct = _ceil_div(C, TCk)
-    w_full = np.minimum(C, TCk)
-    w_last = C - (nct - 1) * TCk
-    return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, costs.tile(w_full),
-                     costs.tile(w_last))
+    return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
+                     C - (nct - 1) * TCk)
 
 
 @dataclass(frozen=True)
@@ -381,6 +413,11 @@ class LayerSetup:
     rows_full: np.ndarray
     rows_last: np.ndarray
     regroups: np.ndarray         # the last pass has another group count
+    full_g: TileCosts            # a full column tile run by a full pass's g groups
+    full_h: TileCosts            # ... by the last pass's h groups
+    last_g: TileCosts            # the last column tile, g groups
+    last_h: TileCosts            # ... h groups
+    first: TileCosts             # the layer's first pass (a full column tile)
 
 
 def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) -> LayerSetup:
@@ -395,7 +432,11 @@ def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) ->
     npass = _ceil_div(np.int64(BP), g)
     h = BP - (npass - 1) * g            # groups in the last pass
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
-    return LayerSetup(mode, R, G, b, BR, BP, packed, g, h, npass, BR * R, rows_last, (npass > 1) & (h != g))
+    # every group of a pass reads its own copy of the tile's weights and bias (no replication network)
+    tile = mode.costs.tile
+    return LayerSetup(mode, R, G, b, BR, BP, packed, g, h, npass, BR * R, rows_last, (npass > 1) & (h != g),
+                      tile(mode.w_full, g), tile(mode.w_full, h), tile(mode.w_last, g), tile(mode.w_last, h),
+                      tile(mode.w_full, np.where(npass == 1, h, g)))
 
 
 def _split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -472,13 +513,14 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
         n, s, big = split
         return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
 
-    def column_tile_cycles(tile: TileCosts) -> np.ndarray:
+    def column_tile_cycles(by_g: TileCosts, by_h: TileCosts) -> np.ndarray:
         # each pass: its fetcher set-up (a cycle, one per group) before its first block
-        full_pass = pass_cycles(rb.full, tile, setup.g) + timing.pass_overhead + setup.g
-        last_pass = pass_cycles(rb.last, tile, setup.h) + timing.pass_overhead + setup.h
+        full_pass = pass_cycles(rb.full, by_g, setup.g) + timing.pass_overhead + setup.g
+        last_pass = pass_cycles(rb.last, by_h, setup.h) + timing.pass_overhead + setup.h
         return (setup.npass - 1) * full_pass + last_pass + 1
 
-    return (m.nct - 1) * column_tile_cycles(m.full) + column_tile_cycles(m.last)
+    return (m.nct - 1) * column_tile_cycles(setup.full_g, setup.full_h) + column_tile_cycles(setup.last_g,
+                                                                                             setup.last_h)
 
 
 def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
@@ -486,20 +528,20 @@ def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     first pass regroups again."""
     m, costs = setup.mode, setup.mode.costs
     s_f, s_l = rb.full[1], rb.last[1]
-    per_tile = costs.regroup(s_f, rb.t0_last, m.last, setup.h) + (m.nct - 1) * (
-        costs.regroup(s_f, rb.t0_last, m.full, setup.h) + costs.regroup(s_l, rb.t0_full, m.full, setup.g))
+    per_tile = costs.regroup(s_f, rb.t0_last, setup.last_h, setup.h) + (m.nct - 1) * (
+        costs.regroup(s_f, rb.t0_last, setup.full_h, setup.h) + costs.regroup(s_l, rb.t0_full, setup.full_g, setup.g))
     return np.where(setup.regroups, per_tile, 0)
 
 
 def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     # the first pass's set-up is in the prologue
-    return setup.mode.costs.prologue(rb.t0_first, setup.mode.full, np.where(setup.npass == 1, setup.h, setup.g))
+    return setup.mode.costs.prologue(rb.t0_first, setup.first, np.where(setup.npass == 1, setup.h, setup.g))
 
 
 def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     m, s_l = setup.mode, rb.last[1]
-    last_block = m.costs.block(s_l, m.last, setup.h)
-    return m.costs.drain(s_l, m.last, setup.h, last_block / m.costs.n_p)
+    last_block = m.costs.block(s_l, setup.last_h, setup.h)
+    return m.costs.drain(s_l, setup.last_h, setup.h, last_block / m.costs.n_p)
 
 
 def _plan(setup: LayerSetup, TR: ArrayLike, tre: RowBlocks) -> np.ndarray:

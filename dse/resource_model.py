@@ -42,19 +42,23 @@ class LogicCosts:
     hw/registers.py and the top's glue), whose datapaths carry DMA vectors of NMAX =
     max(2TP, 2TC, 16) words and the core's write ports (2TP input lanes, 2TC weight words),
     and the *engine* (hw/engine_core.py): per PE (TC) an accumulate adder pair, requantisers,
-    bias registers; per MAC (TP*TC) the adder-tree adder, pipeline and weight registers; the
-    operand multiplexers that pick each PE's row from NB input banks (16*TP*TC*NB inputs); and
-    the weight/bias replication network (`replication_bits`, ~ TC log TC log NB).
+    bias registers and the group match of its weight/bias writes; per MAC (TP*TC) the adder-tree
+    adder, pipeline and weight registers with their write enables; and the operand multiplexers
+    that pick each PE's row from NB input banks (16*TP*TC*NB inputs). There is no replication
+    network: each sample group's copy of the weights is a DMA read of its own, which the
+    performance model prices (docs/hw-architecture.md, "Giving every group its weights").
 
     The values are the least-squares fit of this form, part by part, to Yosys 0.70
-    `synth_xilinx -family xc7` of the NPU (hierarchy kept) over the sweep in
-    benchmarks/synth_calibration.py (CONFIGS, the 8 points marked fit: TP 2-16, TC 2-8, NB 2-8),
-    RTL hw/ at commit 28efb23, run 2026-11-23; `lut_per_rep_bit` is the replication network
-    synthesized alone at TC 16, NB 8 (REPLICATION_POINTS). docs/resources.md has the table, the
-    residuals (leave-one-out: LUT 2.6 % rms, FF 0.7 %) and what they do to the DSE's picks.
-    `lut_per_stack_pair` is not fitted: every RTL build has Stackable PEs, so the sweep cannot
-    separate their cost from the per-PE and per-MAC terms; it is the estimate of what dropping
-    them saves (the --no-stackable baselines).
+    `synth_xilinx -family xc7` (hierarchy kept) over the sweep in benchmarks/synth_calibration.py.
+    Control: the 5 whole-NPU points, RTL hw/ at commit 28efb23, run 2026-11-23 (the control unit
+    has changed little since: the per-group weight-read counters). Engine: EngineCore alone at the
+    8 engine sizes of the sweep (TP 2-16, TC 2-8, NB 2-8), RTL hw/ at 613f20f (no replication
+    network), run 2026-11-24 with `--cached-only` (the control terms are then held).
+    docs/resources.md has the tables and residuals (engine leave-one-out: LUT 13 % rms, FF 3.7 %).
+    `*_per_stack_pair` are not fitted with the rest (the sweep's engines all have Stackable PEs):
+    they are what an engine built with `stackable=False` (the --no-stackable baselines) saves per
+    PE pair beyond half its bank-multiplexer inputs, measured on two such engines against their
+    stackable twins (docs/resources.md).
     """
 
     # control: sequencer, AXI DMA, AXI4-Lite registers, top glue
@@ -67,15 +71,15 @@ class LogicCosts:
     lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
     ff_per_bank: float = 261.0
     # engine
-    lut_core_base: float = 473.0
-    ff_core_base: float = 219.0
-    lut_per_pe: float = 526.0            # accumulate adders, requantise/saturate/ReLU, bias selection
-    ff_per_pe: float = 341.0             # bias registers, accumulate and post-processing registers
-    lut_per_mac: float = 57.5            # adder-tree adder, weight-register write enables
-    ff_per_mac: float = 48.3             # double-buffered weight registers, tree pipeline registers
-    lut_per_mux_input_bit: float = 0.489 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
-    lut_per_rep_bit: float = 0.638       # weight/bias replication network, per 2:1 multiplexer bit
-    lut_per_stack_pair: float = 32.0     # held, not fitted (see above)
+    lut_core_base: float = 610.0
+    ff_core_base: float = 391.0
+    lut_per_pe: float = 627.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 295.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 32.6            # adder-tree adder, weight-register write enables
+    ff_per_mac: float = 47.5             # double-buffered weight registers, tree pipeline registers
+    lut_per_mux_input_bit: float = 0.959 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
+    ff_per_stack_pair: float = 202.0
 
 
 DEFAULT_LOGIC = LogicCosts()
@@ -163,18 +167,6 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
-def replication_bits(TC: np.ndarray, bmax: int, packing: bool = True) -> np.ndarray:
-    """2:1 multiplexer bits of the network that copies a weight row and a bias chunk written for
-    group 0 into every group of a packed pass (hw/mac_tree.py, replicate_groups): log2 NB doubling
-    stages over 2TC word slots; stage s shifts by cw << s, a barrel shifter of ceil(log2 2TC) - s
-    levels (the known-zero low levels are skipped), then one select per slot; 16-bit weights and
-    33-bit (bias + valid) words. It grows as TC log TC log NB, faster than the PE count."""
-    slots = 2 * np.asarray(TC)
-    levels = np.ceil(np.log2(np.maximum(slots, 2)))
-    per_slot = sum(np.maximum(levels - s, 0) + 1 for s in range(int(math.log2(input_banks(bmax, packing)))))
-    return (WORD_BITS + 33) * slots * per_slot
-
-
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue."""
@@ -190,18 +182,20 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
 def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
                  costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories. Without packing
-    (static R / FC-only designs) the engine has 2 banks and no group ever needs a copy of the
-    weights, so the replication network is not built."""
+    (static R / FC-only designs) the engine has 2 banks (fewer bank-multiplexer inputs)."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nb = input_banks(bmax, packing)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
-           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb
-           + (costs.lut_per_rep_bit * replication_bits(TC, bmax) if packing else 0))
-    if not stackable:
-        # the fitted terms include the Stackable-PE logic (every RTL build has it); a plain-PE
-        # engine saves, per PE pair, the pair adder and the 2:1 lane multiplexers of stacking
-        lut = lut - (TC // 2) * (costs.lut_per_stack_pair + TP * WORD_BITS * 0.5)
+           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb)
     ff = costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
+    if not stackable:
+        # the fitted terms include the Stackable-PE logic (every sweep engine has it); a plain-PE
+        # engine (k = 1 only) lacks the k=2 upper lanes' and the k=1/2 upper halves' bank selects
+        # (half the multiplexer inputs) and, per PE pair, the pair adder, the k=1/2 half-tree
+        # taps, upper-half bias registers and lane multiplexers
+        lut = lut - (costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb * 0.5
+                     + (TC // 2) * costs.lut_per_stack_pair)
+        ff = ff - (TC // 2) * costs.ff_per_stack_pair
     return lut, ff
 
 

@@ -14,7 +14,8 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, ROW_BITS, Bus, EngineTiming, layer_costs, mode_dims
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ROW_BITS, Bus, EngineTiming, bias_chunk, layer_costs,
+                                     mode_dims)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class LayerSchedule:
     TC: int = 0
     b: int = 1
     BR: int = 1
+    TP: int = 0                 # (with TC: the bias chunk a read moves)
 
 
 def sample_groups(b: int, BR: int) -> list[tuple[int, ...]]:
@@ -95,7 +97,7 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
                 slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
                                for gi, samples in pass_groups if r0 < len(samples) * R)
                 blocks.append(Block(c0, c1, slices, len(pass_groups)))
-    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR)
+    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR, TP)
 
 
 def planning_cycles(sched: LayerSchedule) -> int:
@@ -131,11 +133,12 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
     costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
-                        Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing, sched.R, inside)
+                        Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes), timing, sched.R, inside,
+                        bias_chunk(sched.TP, sched.TC))
     total = 0.0
     prev = None
     for blk in sched.blocks:
-        tile = costs.tile(blk.c1 - blk.c0)
+        tile = costs.tile(blk.c1 - blk.c0, blk.pass_groups)
         new_tile = prev is None or blk.c0 != prev.c0
         new_pass = blk.slices[0].row0 == 0                      # a pass starts at its groups' row 0
         if new_tile:
@@ -149,8 +152,9 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
         total += float(costs.block(blk.rows, tile, blk.pass_groups))
         prev = blk
     first, last = sched.blocks[0], sched.blocks[-1]
-    total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0), first.pass_groups))
-    last_tile = costs.tile(last.c1 - last.c0)
+    total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0, first.pass_groups),
+                                  first.pass_groups))
+    last_tile = costs.tile(last.c1 - last.c0, last.pass_groups)
     last_block = float(costs.block(last.rows, last_tile, last.pass_groups))
     total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p)))
     total += planning_cycles(sched) + 3 * float(costs.bus.cycles(16, 1, 16))

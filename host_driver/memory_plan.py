@@ -157,6 +157,18 @@ class SubnetImage:
                          .reshape(t.shape) for s in slots]).astype(np.int16)
 
 
+def read_ahead_bytes(cout: int, bmax: int) -> tuple[int, int]:
+    """Bytes the NPU may read before a layer's weights and before its bias: (weights, bias).
+
+    The control unit gives each of the g <= Bmax sample groups of a packed pass (C <= the
+    PE count) its own copy of a weight row and of the bias by reading them once per group q,
+    q*C words (int32 for the bias) early, so that the row lands in group q's columns
+    (docs/hw-architecture.md, "EngineCore"). What those reads fetch before the row is never
+    written into the core, but it must be memory the plan owns: a guard of (Bmax - 1) * C
+    words before the weights and (Bmax - 1) * C int32 before the bias."""
+    return 2 * (bmax - 1) * cout, 4 * (bmax - 1) * cout
+
+
 def subnet_nbytes(layers: list[LayerParams], bmax: int) -> int:
     """Bytes of device memory `plan_subnet(layers, bmax)` needs (from a 64-byte aligned base)."""
     return len(plan_subnet(layers, bmax, base=0).memory)
@@ -193,8 +205,10 @@ def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000, buffer
         addr = _align(addr + stride * bmax)
     w_addr, b_addr = [], []
     for lp in layers:
+        w_guard, b_guard = read_ahead_bytes(lp.geometry.cout, bmax)
+        addr = _align(addr + w_guard)
         w_addr.append(addr)
-        addr = _align(addr + lp.weights.nbytes)
+        addr = _align(addr + lp.weights.nbytes + b_guard)
         b_addr.append(addr)
         addr = _align(addr + lp.bias.nbytes)
 

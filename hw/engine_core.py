@@ -31,7 +31,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from fluidnpu.hw.mac_tree import adder_tree, replicate_groups
+from fluidnpu.hw.mac_tree import adder_tree
 
 K1, K2, KHALF = 0, 1, 2          # k codes of the FBCB: k = 1, 2, 1/2
 
@@ -72,7 +72,8 @@ class EngineCore(wiring.Component):
     """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
 
     Attributes after construction:
-      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2)
+      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2; only
+                k = 1 without Stackable PEs, `stackable=False`)
       latency:  {k code: cycles from a row's issue to its staging write}; a
                 block's `block_done` comes latency + 1 cycles after its last
                 row's issue, i.e. a block of steps issued back to back takes
@@ -80,7 +81,8 @@ class EngineCore(wiring.Component):
       tree_levels: ceil(log2 TP)
     """
 
-    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None) -> None:
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None,
+                 stackable: bool = True) -> None:
         if min(TR, TP, TC) < 1:
             raise ValueError("TR, TP, TC must be >= 1")
         if NB < 2 or NB & (NB - 1):
@@ -92,15 +94,19 @@ class EngineCore(wiring.Component):
         self.TR, self.TP, self.TC, self.NB, self.nmax = TR, TP, TC, NB, nmax
         self.h = TP // 2
         self.tree_levels = L = ceil_log2(TP)
-        self.modes = (K1,) + ((K2,) if TC >= 2 and TR >= 2 else ()) + ((KHALF,) if TP >= 2 and TR >= 2 else ())
+        # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
+        # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
+        self.modes = (K1,) + ((K2,) if stackable and TC >= 2 and TR >= 2 else ()) + (
+            (KHALF,) if stackable and TP >= 2 and TR >= 2 else ())
         self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
         self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
         super().__init__({
             "k": In(2), "g": In(range(NB + 1)), "cw": In(range(2 * TC + 1)),
             "shift": In(5), "relu": In(1),
             "in_wr": In(write_signature({"ib": 1, "q": _rng(NB), "j": _rng(TR), "data": 16 * 2 * TP})),
-            "w_wr": In(write_signature({"wb": 1, "lane": _rng(2 * TP), "data": 16 * 2 * TC})),
-            "b_wr": In(write_signature({"wb": 1, "base": range(2 * TC + nmax), "data": 16 * nmax})),
+            "w_wr": In(write_signature({"wb": 1, "q": _rng(NB), "lane": _rng(2 * TP), "data": 16 * 2 * TC})),
+            "b_wr": In(write_signature({"wb": 1, "q": _rng(NB), "base": range(2 * TC + nmax),
+                                        "data": 16 * nmax})),
             "step": In(wiring.Signature({
                 "valid": Out(1), "ready": In(1), "ib": Out(1), "wb": Out(1),
                 "t": Out(range(TR + 1)), "first": Out(1), "last": Out(1), "sb": Out(1)})),
@@ -232,7 +238,7 @@ class EngineCore(wiring.Component):
         W = [[[Signal(signed(16), name=f"w{wb}_{p}_{i}") for i in range(TP)] for p in range(TC)] for wb in range(2)]
         BA = [[Signal(signed(32), name=f"ba{wb}_{p}") for p in range(TC)] for wb in range(2)]
         BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else None
-        self._weight_writes(m, W, BA, BB, is1, is2, ish, lg)
+        self._weight_writes(m, W, BA, BB, is1, is2, ish, qA, qB)
 
         # ---------------- stage 1: operands ----------------
         c1 = ctl[1]
@@ -369,20 +375,30 @@ class EngineCore(wiring.Component):
         return m
 
     # ------------------------------------------------------------------
-    def _weight_writes(self, m: Module, W, BA, BB, is1: Value, is2: Value, ish: Value, lg: int) -> None:
-        """w_wr / b_wr: replicate group 0's vector to every group (period cw), register
-        it once (one cycle of write latency), then write the physical registers each
-        logical (column, lane) maps to in the current mode."""
+    def _weight_writes(self, m: Module, W, BA, BB, is1: Value, is2: Value, ish: Value, qA, qB) -> None:
+        """w_wr / b_wr: register the vector once (one cycle of write latency), then write
+        the physical registers each logical (column, lane) maps to in the current mode,
+        in the columns of group `q` only.
+
+        Every group's copy is a write of its own: the control unit reads the row once per
+        group with the address moved back by q*cw words, so the DMA hands over a vector
+        whose group-q columns already hold the row (docs/hw-architecture.md, "EngineCore").
+        The core only compares each PE's group (qA/qB, derived from cw in registers) with
+        `q`: O(TC) comparators, no shifter or replication network in the fabric."""
         TP, TC, h = self.TP, self.TC, self.h
         has_k2, has_kh = K2 in self.modes, KHALF in self.modes
         bw = self.nmax // 2                      # int32 biases per b_wr
 
         # weights
-        rep_w = replicate_groups(m, _words(self.w_wr.data, 2 * TC), self.cw, lg, "wrn")
-        wd = [Signal(16, name=f"wrep{c}") for c in range(2 * TC)]
-        wv, wwb, wlane = Signal(), Signal(), Signal.like(self.w_wr.lane)
-        m.d.sync += [wd[c].eq(rep_w[c]) for c in range(2 * TC)]
-        m.d.sync += [wv.eq(self.w_wr.valid), wwb.eq(self.w_wr.wb), wlane.eq(self.w_wr.lane)]
+        wd = [Signal(16, name=f"wreg{c}") for c in range(2 * TC)]
+        wv, wwb, wq, wlane = Signal(), Signal(), Signal.like(self.w_wr.q), Signal.like(self.w_wr.lane)
+        m.d.sync += [wd[c].eq(v) for c, v in enumerate(_words(self.w_wr.data, 2 * TC))]
+        m.d.sync += [wv.eq(self.w_wr.valid), wwb.eq(self.w_wr.wb), wq.eq(self.w_wr.q), wlane.eq(self.w_wr.lane)]
+        # is each PE's (lower, upper k=1/2 half) logical column in the written group?
+        inA = [Signal(name=f"w_inA{p}") for p in range(TC)]
+        inB = [Signal(name=f"w_inB{p}") for p in range(TC)]
+        for p in range(TC):
+            m.d.comb += [inA[p].eq(qA[p] == wq), inB[p].eq((qB[p] == wq) if has_kh else 0)]
         # Which (PE, lane) registers a write hits depends only on the lane, the PE's
         # parity and whether the PE has a k=2 partner, so the lane decode is built once
         # per such class (O(TP) comparators, not O(TP * TC)); the data a PE takes
@@ -418,28 +434,32 @@ class EngineCore(wiring.Component):
                 d_hi = Signal(16, name=f"wdat{p}_hi")
                 m.d.comb += d_hi.eq(Mux(ish, wd[p + TC], d_lo))
             for i in range(TP):
-                d = d_hi if has_kh and h <= i < 2 * h else d_lo
+                upper = has_kh and h <= i < 2 * h
+                d = d_hi if upper else d_lo
+                mine = Mux(ish, inB[p], inA[p]) if upper else inA[p]
                 for wb in range(2):
-                    with m.If(hits[i][wb]):
+                    with m.If(hits[i][wb] & mine):
                         m.d.sync += W[wb][p][i].eq(d)
 
-        # bias: chunk at logical column `base` (a multiple of nmax/2), then replicated;
-        # a 33rd bit marks the columns this chunk covers.
+        # bias: chunk at logical column `base` (a multiple of nmax/2); a 33rd bit marks the
+        # columns this chunk covers, and only group q's columns take it
         b32 = _words(self.b_wr.data, bw, 32)
-        placed = [Cat(b32[c % bw], self.b_wr.base == (c // bw) * bw) for c in range(2 * TC)]
-        rep_b = replicate_groups(m, placed, self.cw, lg, "brn")
-        bd = [Signal(33, name=f"brep{c}") for c in range(2 * TC)]
-        bv, bwb = Signal(), Signal()
-        m.d.sync += [bd[c].eq(rep_b[c]) for c in range(2 * TC)]
-        m.d.sync += [bv.eq(self.b_wr.valid), bwb.eq(self.b_wr.wb)]
+        bd = [Signal(33, name=f"breg{c}") for c in range(2 * TC)]
+        bv, bwb, bq = Signal(), Signal(), Signal.like(self.b_wr.q)
+        m.d.sync += [bd[c].eq(Cat(b32[c % bw], self.b_wr.base == (c // bw) * bw)) for c in range(2 * TC)]
+        m.d.sync += [bv.eq(self.b_wr.valid), bwb.eq(self.b_wr.wb), bq.eq(self.b_wr.q)]
+        bA = [Signal(name=f"b_inA{p}") for p in range(TC)]
+        bB = [Signal(name=f"b_inB{p}") for p in range(TC)]
         for p in range(TC):
-            targets = [(is1, BA, p, p)]
+            m.d.comb += [bA[p].eq(qA[p] == bq), bB[p].eq((qB[p] == bq) if has_kh else 0)]
+        for p in range(TC):
+            targets = [(is1, BA, p, p, bA[p])]
             if has_k2 and p % 2 == 0 and p < 2 * (TC // 2):
-                targets.append((is2, BA, p, p // 2))
+                targets.append((is2, BA, p, p // 2, bA[p]))
             if has_kh:
-                targets += [(ish, BA, p, p), (ish, BB, p, p + TC)]
-            for flag, regs, pe, col in targets:
-                with m.If(bv & flag & bd[col][32]):
+                targets += [(ish, BA, p, p, bA[p]), (ish, BB, p, p + TC, bB[p])]
+            for flag, regs, pe, col, mine in targets:
+                with m.If(bv & flag & bd[col][32] & mine):
                     for wb in range(2):
                         with m.If(bwb == wb):
                             m.d.sync += regs[wb][pe].eq(bd[col][:32])

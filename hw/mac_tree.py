@@ -1,5 +1,5 @@
-"""Pipelined building blocks of the EngineCore datapath: delay lines, adder
-trees, word-vector shifts and the group replication network.
+"""Pipelined building blocks of the EngineCore datapath: delay lines and adder
+trees.
 
 The adder tree is built as sum(lanes[0, h)) + sum(lanes[h, n)) with
 h = n // 2, recursively, with a register after every adder level. The top
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amaranth import Const, Module, Mux, Signal, Value, signed
+from amaranth import Module, Signal, Value, signed
 
 
 def delay(m: Module, sig: Value, n: int, name: str) -> Value:
@@ -57,58 +57,3 @@ def adder_tree(m: Module, leaves: list[Value], name: str, width: int = 32) -> Ad
         return AdderTree(s, d + 1, (a, b))
 
     return build(0, len(leaves))
-
-
-def _materialise(m: Module, values: list[Value], name: str) -> list[Signal]:
-    """Each value driven onto its own comb signal.
-
-    Amaranth emits an expression afresh at every place it is used, so a
-    network whose stages reuse the previous stage's *expressions* (a barrel
-    shifter reads each slot twice per level) grows exponentially in the
-    number of levels in the generated netlist: before this, ⟨16, 4, 16⟩'s
-    core emitted 35 MB of Verilog. A signal per slot and level keeps the
-    netlist at the size of the network.
-    """
-    out = []
-    for c, v in enumerate(values):
-        sig = Signal(v.shape(), name=f"{name}_{c}")
-        m.d.comb += sig.eq(v)
-        out.append(sig)
-    return out
-
-
-def shift_words_up(m: Module, words: list[Value], amount: Value, name: str, lsb: int = 0) -> list[Value]:
-    """out[c] = words[c - (amount << lsb)] (zero below), a logarithmic barrel
-    shifter over word slots (one signal per slot and level). Passing the shift's
-    known-zero low bits as `lsb` rather than in `amount` drops those levels.
-    Only shifts below len(words) matter here: the caller masks larger amounts."""
-    n = len(words)
-    cur = list(words)
-    for bit in range(len(amount)):
-        step = 1 << (bit + lsb)
-        if step >= n:
-            break
-        zero = Const(0, len(words[0]))
-        cur = _materialise(m, [Mux(amount[bit], cur[c - step] if c >= step else zero, cur[c])
-                               for c in range(n)], f"{name}_b{bit + lsb}")
-    return cur
-
-
-def replicate_groups(m: Module, words: list[Value], period: Value, stages: int, name: str) -> list[Value]:
-    """out[c] = words[c mod period] for c < 2**stages * period (other slots: don't care).
-
-    Recursive doubling: after stage s the first 2**(s+1) periods are right,
-    each stage copying the first 2**s periods up by 2**s * period. This is
-    how one weight (or bias) vector written for group 0 lands in every group
-    of a packed pass at a runtime group width `cw`, in O(n log n log NB)
-    multiplexers instead of an n x n crossbar. Every stage's slots are
-    signals (see `_materialise`), so the netlist is that size too.
-    """
-    cur = list(words)
-    n = len(words)
-    for s in range(stages):
-        dist = Signal(len(period) + s, name=f"{name}_dist{s}")
-        m.d.comb += dist.eq(period << s)
-        up = shift_words_up(m, cur, period, f"{name}_s{s}", lsb=s)
-        cur = _materialise(m, [Mux(dist <= c, up[c], cur[c]) for c in range(n)], f"{name}_r{s}")
-    return cur

@@ -45,10 +45,11 @@ class Npu(wiring.Component):
         p = self.params
         NB, NMAX = p.banks, nmax(p.TP, p.TC)
         m.submodules.regs = regs = NpuRegisters(p)
-        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX)
+        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX,
+                        stackable=p.stackable)
         m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
                                         tag_width=seq.tag.size)
-        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX)
+        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable)
         # SOFT_RESET aborts a run: the control unit and the core are held in reset while
         # the DMA finishes the bursts it has already issued (AXI has no abort), so the
         # bus is clean when the NPU is idle again.
@@ -93,7 +94,7 @@ class Npu(wiring.Component):
             core.in_wr.valid.eq(seq.in_wr_valid), core.in_wr.ib.eq(seq.in_wr_ib), core.in_wr.q.eq(seq.in_wr_q),
             core.in_wr.j.eq(seq.in_wr_j), core.in_wr.data.eq(seq.in_wr_data),
             core.w_wr.valid.eq(seq.w_wr_valid), core.w_wr.wb.eq(seq.w_wr_wb), core.w_wr.lane.eq(seq.w_wr_lane),
-            core.w_wr.data.eq(seq.w_wr_data),
+            core.w_wr.data.eq(seq.w_wr_data), core.w_wr.q.eq(seq.w_wr_q), core.b_wr.q.eq(seq.b_wr_q),
             core.b_wr.valid.eq(seq.b_wr_valid), core.b_wr.wb.eq(seq.b_wr_wb), core.b_wr.base.eq(seq.b_wr_base),
             core.b_wr.data.eq(seq.b_wr_data),
             core.step.valid.eq(seq.step_valid), seq.step_ready.eq(core.step.ready),

@@ -338,7 +338,8 @@ class NpuParams:
     axi_dw: int = 64
     design_hash: int = 0
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
-    packing: bool = True    # False: the engine never packs sample groups (static R / FC-only designs)
+    packing: bool = True        # False: the engine never packs sample groups (static R / FC-only designs)
+    stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
@@ -376,7 +377,8 @@ class NpuParams:
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
-                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d.get("dse", {}).get("batching", "fluid")))
+                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d.get("dse", {}).get("batching", "fluid")),
+                   stackable=bool(d.get("dse", {}).get("stackable", True)))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

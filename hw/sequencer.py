@@ -47,8 +47,10 @@ def tag_layout(NB: int, TR: int, TP: int, TC: int, nmax: int) -> data.StructLayo
 class Sequencer(wiring.Component):
     """The NPU's control unit; see the module docstring and docs/hw-architecture.md."""
 
-    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int) -> None:
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
+                 stackable: bool = True) -> None:
         self.TR, self.TP, self.TC, self.NB, self.bmax, self.layers, self.nmax = TR, TP, TC, NB, bmax, layers, nmax
+        self.stackable = stackable
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
         b_bits = bits_for(bmax)
         self.fbcb_bits = ceil_log2(bmax) + 2
@@ -72,9 +74,9 @@ class Sequencer(wiring.Component):
             "cfg_shift": Out(5), "cfg_relu": Out(1),
             "in_wr_valid": Out(1), "in_wr_ib": Out(1), "in_wr_q": Out(range(NB)),
             "in_wr_j": Out(range(TR)), "in_wr_data": Out(16 * 2 * TP),
-            "w_wr_valid": Out(1), "w_wr_wb": Out(1), "w_wr_lane": Out(range(2 * TP)),
+            "w_wr_valid": Out(1), "w_wr_wb": Out(1), "w_wr_q": Out(range(NB)), "w_wr_lane": Out(range(2 * TP)),
             "w_wr_data": Out(16 * 2 * TC),
-            "b_wr_valid": Out(1), "b_wr_wb": Out(1), "b_wr_base": Out(range(2 * TC + nmax)),
+            "b_wr_valid": Out(1), "b_wr_wb": Out(1), "b_wr_q": Out(range(NB)), "b_wr_base": Out(range(2 * TC + nmax)),
             "b_wr_data": Out(16 * nmax),
             "step_valid": Out(1), "step_ready": In(1), "step_ib": Out(1), "step_wb": Out(1),
             "step_t": Out(range(TR + 1)), "step_first": Out(1), "step_last": Out(1), "step_sb": Out(1),
@@ -181,7 +183,9 @@ class Sequencer(wiring.Component):
                 code = self.fbcb_data[:2]
                 brm1 = self.fbcb_data[2:] if self.fbcb_bits > 2 else Const(0, 1)
                 m.d.sync += [kcode.eq(code), BR.eq(brm1 + 1), acc.eq(0), cnt.eq(0)]
-                no_mode = (code == 3) | ((code == 1) & (TC < 2 or TR < 2)) | ((code == 2) & (TP < 2 or TR < 2))
+                st = self.stackable
+                no_mode = ((code == 3) | ((code == 1) & (not st or TC < 2 or TR < 2))
+                           | ((code == 2) & (not st or TP < 2 or TR < 2)))
                 with m.If(no_mode | (brm1 + 1 > b)):
                     m.d.sync += err_latched.eq(ErrorCode.BAD_DESCRIPTOR)
                     m.next = "ERROR"
@@ -356,7 +360,11 @@ class Sequencer(wiring.Component):
         lane = Signal(range(2 * TP + 1))
         rem = Signal(range(2 * TP + 1))
         wrow = Signal(ADDR)
-        bias_m = Signal(range(4 * TC + nmax + 1))
+        # every group's copy of a weight row / bias chunk is a read of its own, moved back by
+        # q*cw words so that the row lands in group q's columns (docs/hw-architecture.md)
+        wq, bq = Signal(range(NB + 1)), Signal(range(NB + 1))
+        wq_off, bq_off = Signal(range(2 * TC + 1)), Signal(range(2 * TC + 1))     # q*cw, q < g
+        bcol = Signal(range(2 * TC + nmax + 1))        # logical column of the bias chunk read
         sb = Signal()
         first = Signal()
         last = Signal()
@@ -483,7 +491,7 @@ class Sequencer(wiring.Component):
                 m.d.comb += [first_c.eq(p0 == 0), last_c.eq(left <= TPk)]
                 with m.If(ahead_ok & step_fifo.w_rdy):
                     m.d.comb += step_fifo.w_en.eq(1)
-                    m.d.sync += [nl.eq(Mux(left < TPk, left, TPk)), lane.eq(0), bias_m.eq(0),
+                    m.d.sync += [nl.eq(Mux(left < TPk, left, TPk)), lane.eq(0),
                                  first.eq(p0 == 0), last.eq(left <= TPk)]
                     m.next = "WEIGHTS"
             def load_group(qv, taps_too: bool) -> None:
@@ -495,28 +503,40 @@ class Sequencer(wiring.Component):
                 if taps_too:
                     m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_ci.eq(s_ci), t_off.eq(s_off)]
 
-            with m.State("WEIGHTS"):
-                m.d.comb += [self.rd_cmd_valid.eq(1), self.rd_cmd_addr.eq(wrow), self.rd_cmd_nwords.eq(w),
-                             tag.kind.eq(KIND_WEIGHT), tag.lane.eq(lane)]
+            with m.State("WEIGHTS"):      # per weight row, one read per group q (wq, wq_off = q*cw)
+                m.d.comb += [self.rd_cmd_valid.eq(1), self.rd_cmd_addr.eq(wrow - 2 * wq_off),
+                             self.rd_cmd_nwords.eq(wq_off + w), tag.kind.eq(KIND_WEIGHT), tag.lane.eq(lane),
+                             tag.q.eq(wq)]
                 with m.If(accepted):
-                    m.d.sync += [wrow.eq(wrow + 2 * f["cout"]), lane.eq(lane + 1)]
-                    with m.If(lane + 1 == nl):
-                        with m.If(first):
-                            m.next = "BIAS"
-                        with m.Else():
+                    m.d.sync += [wq.eq(wq + 1), wq_off.eq(wq_off + cw)]
+                    with m.If(wq + 1 == gp):
+                        m.d.sync += [wq.eq(0), wq_off.eq(0), wrow.eq(wrow + 2 * f["cout"]), lane.eq(lane + 1)]
+                        with m.If(lane + 1 == nl):
+                            with m.If(first):
+                                m.next = "BIAS"
+                            with m.Else():
+                                load_group(0, True)
+                                m.next = "INPUT"
+            with m.State("BIAS"):
+                # int32 bias of the tile's w columns for group q (bq, bq_off = q*cw), in chunks of
+                # nmax/2 logical columns from bcol (a multiple of nmax/2, starting at the chunk
+                # holding column q*cw), each read q*cw int32 before the column it lands in
+                left_words = 2 * (bq_off + w - bcol)
+                m.d.comb += [self.rd_cmd_valid.eq(1),
+                             self.rd_cmd_addr.eq(f["bias_base"] + 4 * col0 + 4 * bcol - 4 * bq_off),
+                             self.rd_cmd_nwords.eq(Mux(left_words < nmax, left_words, nmax)),
+                             tag.kind.eq(KIND_BIAS), tag.idx.eq(bcol), tag.q.eq(bq)]
+                with m.If(accepted):
+                    m.d.sync += bcol.eq(bcol + nmax // 2)
+                    with m.If(left_words <= nmax):          # group q's last chunk
+                        nxt_off = bq_off + cw
+                        # the next group starts in this chunk unless its first column is the next one's
+                        m.d.sync += [bq.eq(bq + 1), bq_off.eq(nxt_off),
+                                     bcol.eq(Mux(nxt_off < bcol + nmax // 2, bcol, bcol + nmax // 2))]
+                        with m.If(bq + 1 == gp):
+                            m.d.sync += [bq.eq(0), bq_off.eq(0), bcol.eq(0)]
                             load_group(0, True)
                             m.next = "INPUT"
-            with m.State("BIAS"):         # int32 bias of the tile's w columns, nmax 16-bit words a read
-                left_words = 2 * w - bias_m
-                m.d.comb += [self.rd_cmd_valid.eq(1),
-                             self.rd_cmd_addr.eq(f["bias_base"] + 4 * col0 + 2 * bias_m),
-                             self.rd_cmd_nwords.eq(Mux(left_words < nmax, left_words, nmax)),
-                             tag.kind.eq(KIND_BIAS), tag.idx.eq(bias_m >> 1)]
-                with m.If(accepted):
-                    m.d.sync += bias_m.eq(bias_m + nmax)
-                    with m.If(left_words <= nmax):
-                        load_group(0, True)
-                        m.next = "INPUT"
             with m.State("INPUT"):
                 row_last = run == rem
                 m.d.comb += [self.rd_cmd_valid.eq(1),
@@ -566,7 +586,7 @@ class Sequencer(wiring.Component):
                                     with m.If(ahead_ok & step_fifo.w_rdy):
                                         m.d.comb += [step_fifo.w_en.eq(1), first_c.eq(0), last_c.eq(nleft <= TPk)]
                                         m.d.sync += [nl.eq(Mux(nleft < TPk, nleft, TPk)), lane.eq(0),
-                                                     bias_m.eq(0), first.eq(0), last.eq(nleft <= TPk)]
+                                                     first.eq(0), last.eq(nleft <= TPk)]
                                         m.next = "WEIGHTS"
                                     with m.Else():
                                         m.next = "STEP"
@@ -604,6 +624,7 @@ class Sequencer(wiring.Component):
         ld_data = Signal(dw)
         m.d.sync += [ld_in.eq(0), ld_w.eq(0), ld_b.eq(0)]
         m.d.comb += [self.w_wr_valid.eq(ld_w), self.w_wr_wb.eq(ld_half), self.w_wr_lane.eq(ld_lane),
+                     self.w_wr_q.eq(ld_q), self.b_wr_q.eq(ld_q),
                      self.w_wr_data.eq(ld_data[:16 * 2 * TC]),
                      self.b_wr_valid.eq(ld_b), self.b_wr_wb.eq(ld_half), self.b_wr_base.eq(ld_idx),
                      self.b_wr_data.eq(ld_data[:16 * nmax]),

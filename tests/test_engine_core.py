@@ -50,8 +50,8 @@ class Job:
     t: int
     first: bool
     last: bool
-    w_writes: list[tuple[int, int]] = field(default_factory=list)          # (lane, data)
-    b_writes: list[tuple[int, int]] = field(default_factory=list)          # (base, data)
+    w_writes: list[tuple[int, int, int]] = field(default_factory=list)     # (q, lane, data)
+    b_writes: list[tuple[int, int, int]] = field(default_factory=list)     # (q, base, data)
     in_writes: list[tuple[int, int, int]] = field(default_factory=list)    # (q, j, data)
     expect: np.ndarray | None = None     # last step: rows x 2TC expected words
     check: np.ndarray | None = None      # last step: rows x 2TC bool, which words are defined
@@ -68,7 +68,7 @@ class Layer:
     shift: int
     relu: bool
     jobs: list[Job]
-    g_after: int | None = None    # set g to this as soon as the last step is accepted (next pass)
+    g_after: int | None = None    # set g to this as soon as the last step is released (next pass)
 
 
 class Plan:
@@ -99,27 +99,45 @@ class Plan:
 
     def step_data(self, t: int, C: int, bias: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray, Job]:
         """A step writing fresh data: g groups' rows (t x TPk), weights (TPk x C), optional bias."""
-        core, TP, TC = self.core, self.core.TP, self.core.TC
+        TP = self.core.TP
         X = [self.int16((t, self.TPk)) for _ in range(self.g)]
         Wt = self.int16((self.TPk, C))
         job = Job(t=t, first=False, last=False)
         for lane in range(self.TPk):
-            words = self.int16(2 * TC)
-            words[:C] = Wt[lane]
-            job.w_writes.append((lane, pack_words(words)))
+            job.w_writes += [(q, lane, pack_words(w)) for q, w in self.group_copies(Wt[lane])]
         if bias is not None:
-            bw = core.nmax // 2
-            for base in range(0, C, bw):
-                chunk = self.rng.integers(-(1 << 31), 1 << 31, size=bw, dtype=np.int64)
-                n = min(bw, C - base)
-                chunk[:n] = bias[base:base + n]
-                job.b_writes.append((base, pack_bias(chunk)))
+            job.b_writes += self.bias_copies(bias)
         for q in range(self.g):
             for j in range(t):
                 lanes = self.int16(2 * TP)
                 lanes[:self.TPk] = X[q][j]
                 job.in_writes.append((q, j, pack_words(lanes)))
         return X, Wt, job
+
+    def group_copies(self, row: np.ndarray) -> list[tuple[int, np.ndarray]]:
+        """What the control unit writes for one weight row: one 2TC-word vector per group q,
+        the row at columns [q*cw, q*cw + C) (the read moved back by q*cw words), other
+        columns random (the words before and after the row in memory)."""
+        out = []
+        for q in range(self.g):
+            words = self.int16(2 * self.core.TC)
+            words[q * self.cw:q * self.cw + len(row)] = row
+            out.append((q, words))
+        return out
+
+    def bias_copies(self, bias: np.ndarray) -> list[tuple[int, int, int]]:
+        """(q, base, data) of the b_wr writes: per group q, the NMAX/2-column chunks at logical
+        bases (multiples of NMAX/2) covering [q*cw, q*cw + C), each read q*cw int32 early."""
+        bw, C, out = self.core.nmax // 2, len(bias), []
+        for q in range(self.g):
+            lo = q * self.cw
+            for base in range(lo // bw * bw, lo + C, bw):
+                chunk = self.rng.integers(-(1 << 31), 1 << 31, size=bw, dtype=np.int64)
+                for i in range(bw):
+                    if 0 <= base + i - lo < C:
+                        chunk[i] = bias[base + i - lo]
+                out.append((q, base, pack_bias(chunk)))
+        return out
 
     def block(self, t: int, steps: int, C: int, reuse: bool = False) -> None:
         """One row block of `steps` weight steps with t rows per group and C real columns.
@@ -238,6 +256,8 @@ class CoreDriver:
             if ctx.get(core.released):
                 n_rel += 1
                 tr.released.append(tr.cycle)
+                if n_rel == len(jobs) and g_after is not None:
+                    ctx.set(core.g, g_after)        # every step released: the next pass may regroup
             if ctx.get(core.mac_active):
                 tr.mac_cycles.append(tr.cycle)
             if ctx.get(core.block_done):
@@ -269,9 +289,11 @@ class CoreDriver:
                     half = (base + i) % 2
                     ctx.set(port.valid, 1)
                     if name == "w":
-                        ctx.set(port.wb, half), ctx.set(port.lane, item[0]), ctx.set(port.data, item[1])
+                        ctx.set(port.wb, half), ctx.set(port.q, item[0]), ctx.set(port.lane, item[1])
+                        ctx.set(port.data, item[2])
                     elif name == "b":
-                        ctx.set(port.wb, half), ctx.set(port.base, item[0]), ctx.set(port.data, item[1])
+                        ctx.set(port.wb, half), ctx.set(port.q, item[0]), ctx.set(port.base, item[1])
+                        ctx.set(port.data, item[2])
                     else:
                         ctx.set(port.ib, half), ctx.set(port.q, item[0]), ctx.set(port.j, item[1])
                         ctx.set(port.data, item[2])
@@ -309,8 +331,6 @@ class CoreDriver:
                             waiting.append(nxt)
                         nxt += 1
                         self.n_issued += 1
-                        if nxt == len(jobs) and g_after is not None:
-                            ctx.set(core.g, g_after)
             await self._tick(ctx)
             assert tr.cycle < 100_000, "core stopped making progress"
         for _, port in ports:
@@ -431,6 +451,52 @@ def test_every_mode_and_group_count():
     run_and_check(core, layers)
 
 
+@pytest.mark.parametrize("descending", [False, True])
+def test_each_group_takes_only_its_own_copy(descending):
+    """The loader writes every group's copy of a weight row and a bias chunk (w_wr/b_wr with q),
+    the row at columns [q*cw, q*cw + C) and other words in every other column: only group q's
+    columns may take it. Ascending writes catch a copy leaking into lower groups, descending
+    ones into higher groups (a later write would hide it otherwise); an odd bias chunk and
+    C < cw put chunk boundaries inside groups. Shift 18 keeps the outputs off saturation."""
+    core = EngineCore(TR=8, TP=4, TC=5, NB=4, nmax=16)
+    rng = np.random.default_rng(11)
+    layers, n = [], 0
+    for k in core.modes:
+        nPE, _, TRk = mode_dims(core, k)
+        for g in sorted({2, min(core.NB, nPE, TRk)}):
+            if g > min(nPE, TRk):
+                continue
+            cw = nPE // g
+            plan = Plan(core, k, g, cw, 18, False, rng, n)
+            for t, steps in ((1, 2), (TRk // g, 1)):
+                plan.block(t, steps, max(1, cw - 1))        # C < cw: columns of no group in between
+            layer = plan.layer()
+            if descending:
+                for job in layer.jobs:
+                    job.w_writes.sort(key=lambda wr: -wr[0])
+                    job.b_writes.sort(key=lambda wr: -wr[0])
+            layers.append(layer)
+            n += len(layer.jobs)
+    run_and_check(core, layers)
+
+
+def test_plain_pe_engine_has_k1_only_and_computes():
+    """stackable=False (the baselines' engines): k = 1 only, bit-exact, and no pair adders, k=1/2
+    halves or their multiplexers in the netlist."""
+    core = EngineCore(**SMALL, stackable=False)
+    assert core.modes == (K1,)
+    rng = np.random.default_rng(3)
+    layers, n = [], 0
+    for g in (1, 2, 4):
+        layers.append(plan_layer(core, K1, g, core.TC // g, 12, False, rng, n, [(core.TR // g, 2), (1, 1)]))
+        n += len(layers[-1].jobs)
+    run_and_check(core, layers)
+    plain = verilog.convert(core, name="core", emit_src=False)
+    full = verilog.convert(EngineCore(**SMALL), name="core", emit_src=False)
+    assert "pair0" in full and "pair0" not in plain and "cb0" in full and "cb0" not in plain
+    assert len(plain) < 0.9 * len(full)
+
+
 def test_odd_sizes():
     """Odd TP (k=1/2 idles lane 2h) and odd TC (k=2 idles the last PE), C < cw leftovers."""
     core = EngineCore(**ODD)
@@ -539,46 +605,8 @@ def test_converts_to_verilog():
 
 
 # ---------------------------------------------------------------------------
-# the replication network and the netlist's size
+# the netlist's size
 # ---------------------------------------------------------------------------
-def test_replicate_groups_copies_group_zero_to_every_group():
-    """out[c] = words[c mod period] for c < 2**stages * period, at every runtime period."""
-    from amaranth import Cat, Module
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    from fluidnpu.hw.mac_tree import replicate_groups
-
-    n, stages = 12, 2
-
-    class Rep(wiring.Component):
-        def __init__(self) -> None:
-            super().__init__({"words": In(8 * n), "period": In(range(n + 1)), "out": Out(8 * n)})
-
-        def elaborate(self, platform):
-            m = Module()
-            got = replicate_groups(m, [self.words[8 * c:8 * c + 8] for c in range(n)], self.period, stages, "r")
-            m.d.comb += self.out.eq(Cat(got))
-            return m
-
-    dut = Rep()
-    words = list(range(1, n + 1))
-    packed = sum(w << (8 * c) for c, w in enumerate(words))
-
-    async def bench(ctx):
-        for period in range(1, n + 1):
-            ctx.set(dut.words, packed)
-            ctx.set(dut.period, period)
-            out = ctx.get(dut.out)
-            got = [(out >> (8 * c)) & 0xFF for c in range(n)]
-            for c in range(min(n, (1 << stages) * period)):
-                assert got[c] == words[c % period], (period, c, got)
-
-    sim = Simulator(dut)
-    sim.add_testbench(bench)
-    sim.run()
-
-
 def test_netlist_grows_linearly_in_tc():
     """Doubling TC at most about doubles the core's Verilog. Before the replication
     network drove a signal per level, every level re-emitted the previous one's

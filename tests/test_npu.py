@@ -72,6 +72,23 @@ def test_bad_descriptor_and_bad_bactive_are_reported():
     assert (result.status >> 8) & 0xFF == ErrorCode.BAD_DESCRIPTOR
 
 
+def test_plain_pe_npu_runs_k1_and_refuses_stacked_modes():
+    """An NPU built without Stackable PEs (NpuParams.stackable False, from the bundle's DSE
+    options) runs k = 1 layers bit-exact and reports a k = 2 or k = 1/2 FBCB entry as
+    BAD_DESCRIPTOR."""
+    from dataclasses import replace
+
+    params = replace(SMALL, stackable=False)
+    rng = random.Random(12)
+    cases = [make_case(rng, bmax=params.bmax, TR=params.TR, TP=params.TP, TC=params.TC, nlayers=1, b=2,
+                       in_shape=(3, 2, 5), modes=[(1, k)], max_c=6) for k in (0, 1, 2)]
+    ok, stacked2, stacked_half = run_cases(params, cases)
+    _check_result(ok, cases[0])
+    for result in (stacked2, stacked_half):
+        assert result.status & 0b100
+        assert (result.status >> 8) & 0xFF == ErrorCode.BAD_DESCRIPTOR
+
+
 @pytest.mark.parametrize("sim,cases", [("verilator", 12), ("icarus", 1)])
 def test_generated_verilog_with_cocotb(tmp_path, sim, cases):
     """The generated Verilog, cocotbext-axi memory and register master, pauses on every channel:

@@ -199,3 +199,19 @@ def test_exact_input_reads_from_the_geometry():
     assert im2col_row_reads(pad, 4, bus) == 9
     exact = layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9, geometry=pad)
     assert exact == layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9)
+
+
+def test_every_packed_group_reads_its_own_weights():
+    """A pass of g groups reads each weight row g times, group q's read q*C words early and
+    (q + 1)*C words long, and each group's bias chunks (hw/sequencer.py, docs/hw-architecture.md)."""
+    from fluidnpu.dse.perf_model import Bus, layer_costs
+    bus = Bus.of(8.0)                                        # 4 words a beat, a beat a cycle
+    costs = layer_costs(np.int64(4), np.int64(8), np.int64(3), 1, bus, EngineTiming(), chunk=8)
+    one, two = costs.tile(3, 1), costs.tile(3, 2)
+    grain = 1                                                # gcd(C = 3, w = 3, 4)
+    rows = float(bus.cycles(8 * 3, 8, grain))                # 8 rows of 3 words
+    both = float(bus.cycles(8 * (3 + 6), 16, grain))         # and of 6 words, 3 early
+    # group 1's bias: columns [3, 6) from the chunk at column 0, read 3 int32 early: 12 words from
+    # word -6, i.e. offset 2 in a beat: (2 + 12) / 4 -> 4 beats
+    assert float(two.weights - one.weights) == pytest.approx(both - rows + 4)
+    assert float(costs.tile(3, 3).weights) > float(two.weights)

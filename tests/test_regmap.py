@@ -128,6 +128,11 @@ def test_fbcb_table_and_params_from_bundle(tiny_bundle):
     assert p.axi_dw == tiny_bundle.board.hp_width_bits and p.fbcb == tuple(table)
     assert p.design_hash == design_hash(tiny_bundle) == design_hash(tiny_bundle.data)
     assert p.cfg_values["CFG_DESIGN_HASH"] == p.design_hash
+    # Stackable PEs as the bundle's DSE options say (the baselines' engines are built without)
+    assert p.stackable == tiny_bundle.data["dse"]["stackable"]
+    plain = json.loads(json.dumps(tiny_bundle.data))
+    plain["dse"]["stackable"] = not p.stackable
+    assert NpuParams.from_bundle(plain).stackable == (not p.stackable)
     with pytest.raises(FluidError):
         NpuParams(TR=1, TP=1, TC=1, bmax=2, layers=2, fbcb=(0, 1, 2))
 

@@ -15,7 +15,7 @@ import pytest
 from fluidnpu.boards import load_board
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, bram36_for, control_logic, design_resources, dma_words,
                                          engine_logic, fbcb_bits, fbcb_lutram, input_banks, logic_use, max_tr, memories,
-                                         memory_use, replication_bits, uram_for)
+                                         memory_use, uram_for)
 
 
 def test_bram_aspect_ratios():
@@ -112,7 +112,7 @@ def test_memories_are_the_rtls(TR, TP, TC, bmax, packing):
     assert model == _rtl_memories(EngineCore(TR=TR, TP=TP, TC=TC, NB=nb))
 
 
-def test_unpacked_engine_has_two_banks_and_no_replication():
+def test_unpacked_engine_has_two_banks():
     from fluidnpu.hw.regmap import NpuParams
 
     assert input_banks(8, packing=False) == 2 and input_banks(8) == 8 and input_banks(5) == 8
@@ -121,9 +121,8 @@ def test_unpacked_engine_has_two_banks_and_no_replication():
     tp, tc = np.array([16, 24]), np.array([32, 37])
     packed, _ = engine_logic(tp, tc, 8, True)
     unpacked, _ = engine_logic(tp, tc, 8, True, packing=False)
-    # no replication network, and 2 instead of 8 operand-multiplexer inputs per lane bit
-    saved = (DEFAULT_LOGIC.lut_per_rep_bit * replication_bits(tc, 8)
-             + DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc * (8 - 2))
+    # 2 instead of 8 operand-multiplexer inputs per lane bit
+    saved = DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc * (8 - 2)
     assert np.allclose(packed - unpacked, saved)
 
 
@@ -139,21 +138,22 @@ def test_engine_terms():
     c = DEFAULT_LOGIC
     lut = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[0])  # noqa: E731
     ff = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[1])  # noqa: E731
-    # the bank multiplexers (each PE lane picks its row from NB banks; NB = 4 at Bmax 3 and 4) and
-    # one more doubling stage of the replication network
-    assert lut(4, 8, 4) - lut(4, 8, 2) == pytest.approx(c.lut_per_mux_input_bit * 16 * 4 * 8 * (4 - 2)
-                                                        + c.lut_per_rep_bit * 49 * 16 * (4 - 1 + 1))
+    # the bank multiplexers (each PE lane picks its row from NB banks; NB = 4 at Bmax 3 and 4)
+    assert lut(4, 8, 4) - lut(4, 8, 2) == pytest.approx(c.lut_per_mux_input_bit * 16 * 4 * 8 * (4 - 2))
     assert lut(4, 8, 3) == lut(4, 8, 4)
-    # one more PE of TP lanes: its PE, MAC and multiplexer terms
+    # one more PE of TP lanes: its PE, MAC and multiplexer terms, nothing that grows faster
+    # (the engine has no weight replication network: hw/engine_core.py, docs/hw-architecture.md)
     assert lut(4, 9, 2) - lut(4, 8, 2) == pytest.approx(c.lut_per_pe + 4 * c.lut_per_mac
-                                                        + c.lut_per_mux_input_bit * 16 * 4 * 2
-                                                        + c.lut_per_rep_bit * (replication_bits(9, 2)
-                                                                               - replication_bits(8, 2)))
+                                                        + c.lut_per_mux_input_bit * 16 * 4 * 2)
+    for nb_bmax in (2, 8):
+        assert lut(4, 256, nb_bmax) - lut(4, 128, nb_bmax) == pytest.approx(lut(4, 128, nb_bmax) - lut(4, 0, nb_bmax))
     assert ff(4, 9, 2) - ff(4, 8, 2) == pytest.approx(c.ff_per_pe + 4 * c.ff_per_mac)
     assert ff(4, 8, 8) == ff(4, 8, 2)        # banks cost the engine multiplexers, not registers
-    # plain PEs save the stacking logic: the pair adder and 2:1 lane multiplexers per PE pair
-    plain = float(engine_logic(7, 128, 8, False)[0])
-    assert lut(7, 128, 8) - plain == pytest.approx(64 * (c.lut_per_stack_pair + 7 * 8))
+    # plain PEs (k = 1 only) save half the bank-multiplexer inputs and the stacking logic per PE pair
+    plain_lut, plain_ff = (float(v) for v in engine_logic(7, 128, 8, False))
+    assert lut(7, 128, 8) - plain_lut == pytest.approx(c.lut_per_mux_input_bit * 16 * 7 * 128 * 8 / 2
+                                                       + 64 * c.lut_per_stack_pair)
+    assert ff(7, 128, 8) - plain_ff == pytest.approx(64 * c.ff_per_stack_pair)
 
 
 def test_control_terms():
@@ -164,15 +164,6 @@ def test_control_terms():
     assert lut(2, 8, 2) - lut(2, 7, 2) == pytest.approx(2 * c.lut_per_port_word)           # NMAX = 16 both
     assert lut(2, 16, 2) - lut(2, 15, 2) == pytest.approx(2 * c.lut_per_port_word + 2 * c.lut_per_dma_word)
     assert lut(2, 2, 8) - lut(2, 2, 4) == pytest.approx(4 * c.lut_per_bank + fbcb_lutram(8, 8) - fbcb_lutram(8, 4))
-
-
-def test_replication_network_size():
-    # 2TC slots x (16 + 33) bits x, per doubling stage s < log2 NB, (ceil(log2 2TC) - s shifter levels + 1 select)
-    assert replication_bits(4, 2) == 49 * 8 * (3 + 1)
-    assert replication_bits(5, 8) == 49 * 10 * ((4 + 1) + (3 + 1) + (2 + 1))
-    assert replication_bits(4, 1) == replication_bits(4, 2)      # NB >= 2: one stage at least
-    # it outgrows the PE count: x16 PEs is more than x16 network at any NB
-    assert replication_bits(128, 8) > 16 * replication_bits(8, 8)
 
 
 def test_fbcb_lut_ram():
@@ -203,7 +194,7 @@ def test_fit_recovers_known_constants():
     truth = replace(DEFAULT_LOGIC, lut_base=3000.0, lut_per_pe=50.0, lut_per_mac=40.0, lut_per_mux_input_bit=0.4,
                     lut_per_dma_word=20.0, lut_per_port_word=10.0, lut_per_bank=30.0, ff_base=2000.0,
                     ff_per_pe=150.0, ff_per_mac=60.0, ff_per_dma_word=40.0, ff_per_port_word=5.0,
-                    ff_per_bank=9.0, lut_core_base=100.0, ff_core_base=50.0, lut_per_rep_bit=0.3)
+                    ff_per_bank=9.0, lut_core_base=100.0, ff_core_base=50.0)
     cfgs = [c for c in bench.CONFIGS if c.fit]
     ys = {}
     for c in cfgs:

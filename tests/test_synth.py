@@ -155,11 +155,12 @@ def test_hierarchy_totals_multiply_instances():
 # ---------------------------------------------------------------- the resource model against Yosys
 # The smallest engine whose buffers are BRAM, as in every DSE design (~35 s of Yosys on an idle core):
 # EngineCore alone against the model's engine terms (docs/resources.md). Tolerances: the engine's LUT
-# terms are least accurate at the smallest size (+8.5 % here at calibration, where an NPU's LUTs are
-# within 3 % out of sample), and FFs are near-exact (0.7 %). DSPs must match exactly.
+# terms are least accurate at the smallest size (+15.5 % here in the engine refit without the
+# replication network, whose leave-one-out error is 13 % rms; +8.5 % with it), and FFs are close
+# (+4.5 % here, 3.7 % leave-one-out). DSPs must match exactly.
 ENGINE = {"TR": 1024, "TP": 2, "TC": 2, "NB": 2}
-ENGINE_LUT_TOL = 0.15
-ENGINE_FF_TOL = 0.05
+ENGINE_LUT_TOL = 0.20
+ENGINE_FF_TOL = 0.06
 
 
 @pytest.fixture(scope="module")
