@@ -113,18 +113,32 @@ class Bus:
     Reads and writes are separate AXI channels. A DMA command of n words at a
     random 2-byte alignment costs (n + w - 1) / w beats on average (w words a
     beat): a short run still occupies whole beats, which is what makes narrow
-    input rows expensive. With several ports, beats of different commands go
-    out side by side: a beat costs port_bytes / bytes_per_cycle cycles.
+    input rows expensive. With several ports (bytes_per_cycle > port_bytes),
+    the DMA deals commands round-robin over them, so beats of different
+    commands go out side by side: a beat costs port_bytes / bytes_per_cycle
+    cycles. But the control unit issues one command a cycle and takes one
+    response a cycle (in command order), so a stream of commands costs at
+    least one cycle each: `stream` = max(commands, beats x beat cycles). On one
+    port a command is at least one beat (or one zero-fill response), so the
+    floor never binds there and one port's figures are the plain beat counts.
     """
 
     bytes_per_cycle: float
     port_bytes: float
     word_bytes: int = 2
 
+    COMMAND_CYCLES = 1.0
+    """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle."""
+
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2) -> "Bus":
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
                    word_bytes)
+
+    @classmethod
+    def ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
+        """n AXI ports of `port_bytes` each at one beat a cycle (the RTL's `AxiDma(ports=n)` on an ideal memory)."""
+        return cls.of(n * port_bytes, port_bytes, word_bytes)
 
     @property
     def beat_cycles(self) -> float:
@@ -135,8 +149,13 @@ class Bus:
     def words_per_beat(self) -> int:
         return max(1, int(self.port_bytes // self.word_bytes))
 
-    def cycles(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
-        """Expected cycles to move `words` words cut into `runs` contiguous commands.
+    def stream(self, beats: ArrayLike, commands: ArrayLike) -> np.ndarray:
+        """Cycles of `commands` DMA commands moving `beats` beats (zero-fill responses count as
+        beats): the busier of the command stream and the ports."""
+        return np.maximum(np.asarray(commands) * self.COMMAND_CYCLES, np.asarray(beats) * self.beat_cycles)
+
+    def beats(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
+        """Expected beats of `words` words cut into `runs` contiguous commands.
 
         Commands start at multiples of `grain` words (e.g. gcd of run length
         and pitch); averaged over those alignments a run of n words (grain | n)
@@ -148,8 +167,11 @@ class Bus:
             grain = np.minimum(grain & -grain, wpb)
         else:
             grain = np.gcd(grain, wpb)
-        beats = (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
-        return beats * (wpb * self.word_bytes / self.bytes_per_cycle)
+        return (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
+
+    def cycles(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
+        """Expected cycles to move `words` words cut into `runs` contiguous commands (`beats`, `stream`)."""
+        return self.stream(self.beats(words, runs, grain), runs)
 
 
 @dataclass(frozen=True)
@@ -270,7 +292,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     runs = n_p + crossings
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
-    in_row = inside * bus.cycles(P, runs, align) + (1 - inside) * runs * bus.beat_cycles
+    in_row = bus.stream(inside * bus.beats(P, runs, align) + (1 - inside) * runs, runs)
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing)
 
 
@@ -312,7 +334,7 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> float:
     start = (iy0 * g.in_w + ix0) * cin + off         # words from the sample base
     beats = (start % wpb + n + wpb - 1) // wpb
     cost = np.where(inside, beats, 1)
-    return float(cost.sum()) / (g.out_h * g.out_w) * bus.beat_cycles
+    return float(bus.stream(cost.sum(), cost.size)) / (g.out_h * g.out_w)
 
 
 def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -416,15 +438,16 @@ def layer_cycles(
 
 
 def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,
-                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True) -> int:
+                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1) -> int:
     """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
-    out_w, kh, kw, sh, sw, ph, pw) on an engine with one AXI port of `bytes_per_cycle`: how the RTL
-    agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their actual
-    alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
+    out_w, kh, kw, sh, sw, ph, pw) on an engine with `ports` AXI ports of `bytes_per_cycle` each: how
+    the RTL agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their
+    actual alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
     g = geometry
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
-    return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, bytes_per_cycle, timing,
-                            taps=g.kh * g.kw, inside=inside, geometry=g if exact else None))
+    return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, ports * bytes_per_cycle, timing,
+                            taps=g.kh * g.kw, port_bytes=bytes_per_cycle, inside=inside,
+                            geometry=g if exact else None))
 
 
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:

@@ -42,3 +42,12 @@ def axi4_signature(addr_width: int = 32, data_width: int = 64, id_width: int = 1
         "rid": In(id_width), "rdata": In(data_width), "rresp": In(2), "rlast": In(1),
         "rvalid": In(1), "rready": Out(1),
     })
+
+
+M_AXI_PREFIX = "m_axi"
+
+
+def m_axi_name(i: int) -> str:
+    """Name of the NPU's i-th AXI4 master port (`m_axi0`, `m_axi1`, ...): the signature
+    member, the Verilog prefix (`m_axi0__arvalid`), the Vivado bus interface (`m_axi0`)."""
+    return f"{M_AXI_PREFIX}{i}"

@@ -47,7 +47,7 @@ def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     """Write every output for `bundle` into `outdir`; returns the summary `--json` prints."""
     from fluidnpu.hw.export import write_exports
     from fluidnpu.hw.regmap import NpuParams
-    from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, top_ports, vivado_wrapper
+    from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, master_buses, top_ports, vivado_wrapper
 
     top = _build_top(bundle)
     try:
@@ -57,8 +57,9 @@ def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     # The register block is built from the same parameters; reading them back from the top (when it
     # exposes them) keeps the summary honest about what was generated.
     params = getattr(top, "params", None)
+    masters = master_buses(top)
     if not isinstance(params, NpuParams):
-        params = NpuParams.from_bundle(bundle, axi_dw=len(top.m_axi.wdata))
+        params = NpuParams.from_bundle(bundle, axi_dw=len(getattr(top, masters[0]).wdata), axi_ports=len(masters))
     outdir.mkdir(parents=True, exist_ok=True)
     npu_v = outdir / f"{INNER_MODULE}.v"
     top_v = outdir / f"{WRAPPER_NAME}.v"
@@ -72,7 +73,7 @@ def generate_rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
                   **{k: str(v) for k, v in exports.items()}},
         "top_module": WRAPPER_NAME, "inner_module": INNER_MODULE,
         "design": {"TR": TR, "TP": TP, "TC": TC}, "bmax": params.bmax, "layers": params.layers,
-        "axi_dw": params.axi_dw, "clock_mhz": bundle.clock_mhz,
+        "axi_dw": params.axi_dw, "axi_ports": len(masters), "m_axi": masters, "clock_mhz": bundle.clock_mhz,
         "fbcb": {"entries": params.fbcb_depth, "entry_bits": params.fbcb_width,
                  "bits": params.fbcb_depth * params.fbcb_width},
         "design_hash": f"0x{params.design_hash:08X}",
@@ -96,7 +97,7 @@ def rtl_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
     d = summary["design"]
     fb = summary["fbcb"]
     click.echo(f"NPU <TR, TP, TC> = <{d['TR']}, {d['TP']}, {d['TC']}>, Bmax = {summary['bmax']}, "
-               f"L = {summary['layers']} layers, m_axi {summary['axi_dw']} bits, design hash "
+               f"L = {summary['layers']} layers, {summary['axi_ports']} x {summary['axi_dw']}-bit m_axi, design hash "
                f"{summary['design_hash']}")
     click.echo(f"FBCB: {fb['entries']} entries x {fb['entry_bits']} bits = {fb['bits']} bits")
     click.echo(f"wrote to {summary['outdir']}:")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from amaranth.sim import Simulator
 
+from fluidnpu.hw.axi import m_axi_name
 from fluidnpu.hw.npu import Npu
 from fluidnpu.hw.regmap import REG, NpuParams
 from fluidnpu.sim_tb.axi_model import AxiRamModel, SlaveTiming
@@ -46,7 +47,11 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = Sla
     """
     dut = Npu(params)
     size = _mem_size(max(c.image.base + len(c.image.memory) for c in cases))
-    ram = AxiRamModel(dut.m_axi, size=size, data_width=params.axi_dw, timing=timing, seed=seed)
+    # one RAM model per AXI port, all on one memory, each port with its own stalls
+    ports = [AxiRamModel(getattr(dut, m_axi_name(0)), size=size, data_width=params.axi_dw, timing=timing, seed=seed)]
+    ports += [AxiRamModel(getattr(dut, m_axi_name(i)), size=size, data_width=params.axi_dw, timing=timing,
+                          seed=seed + 7919 * i, mem=ports[0].mem) for i in range(1, params.axi_ports)]
+    ram = ports[0]
     axil = AxiLiteMaster(dut.s_axi)
     results: list[RunResult] = []
 
@@ -78,7 +83,8 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = Sla
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    sim.add_process(ram.process)
+    for port in ports:
+        sim.add_process(port.process)
     sim.add_testbench(testbench)
     sim.run()
     return results

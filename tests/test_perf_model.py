@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluidnpu.dse.perf_model import EngineTiming, layer_cycles, mode_dims
+from fluidnpu.dse.perf_model import Bus, EngineTiming, layer_cycles, mode_dims
 from fluidnpu.dse.tiling import layer_schedule, run_schedule, schedule_cycles
 
 FAST = 1e9      # bytes/cycle: one port so wide that every DMA command is a single beat
@@ -46,16 +46,22 @@ def test_memory_bound_fc_by_hand():
     assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0, HAND) == 14307
 
 
-def test_p_batching_packs_small_c_into_idle_pes():
+def test_p_batching_packs_small_c_into_idle_pes_but_the_fetcher_issues_one_command_a_cycle():
     # C=2 on 8 PE columns: R-batching leaves 6 PEs idle, P-batching runs 4 samples side by
-    # side -- if the DMA can feed 4 input rows a cycle (eight 64-bit ports here).
-    r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, 64.0, port_bytes=8.0)
-    p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, 64.0, port_bytes=8.0)
-    assert p_batch < r_batch / 2
-    # One port issues one command a cycle: then packing gains nothing in the steady state,
-    # only the last step's compute (200 rows instead of 800) after its data.
-    one_port = [layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, br, 0, FAST) for br in (1, 4)]
-    assert one_port[0] >= one_port[1] - 620
+    # side. Eight 64-bit ports could move 4 input rows a cycle, but the control unit issues
+    # one DMA command a cycle (Bus.stream): packing gains nothing in the steady state, only the
+    # last step's compute (200 rows instead of 800) after its data -- as on one port.
+    for bus in ({"bytes_per_cycle": 64.0, "port_bytes": 8.0}, {"bytes_per_cycle": FAST}):
+        r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, bus["bytes_per_cycle"],
+                               port_bytes=bus.get("port_bytes"))
+        p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, bus["bytes_per_cycle"],
+                               port_bytes=bus.get("port_bytes"))
+        assert r_batch - 620 <= p_batch <= r_batch
+    eight = Bus.ports(8, PORT64)
+    assert eight.stream(beats=8, commands=8) == 8       # eight one-beat commands: the command rate binds
+    assert eight.stream(beats=64, commands=2) == 8      # two 32-beat commands: the ports bind
+    one = Bus.ports(1, PORT64)                          # one port: a command is >= 1 beat, beats bind
+    assert one.cycles(17, 3, 1) == one.beats(17, 3, 1) == (17 + 3 * 3) / 4
 
 
 def test_stacking_k2_helps_small_c_at_batch_one():
