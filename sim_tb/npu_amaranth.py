@@ -7,6 +7,7 @@ way with cocotbext-axi.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,9 +38,12 @@ def _mem_size(n: int) -> int:
     return size
 
 
-def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = SlaveTiming(), seed: int = 0,
-              max_cycles: int = 2_000_000) -> list[RunResult]:
+def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming | Sequence[SlaveTiming] = SlaveTiming(),
+              seed: int = 0, max_cycles: int = 2_000_000) -> list[RunResult]:
     """Run `cases` back to back on one simulated NPU (one elaboration, one memory).
+
+    Each AXI port `m_axi<i>` gets its own RAM model on the one memory, with its own
+    random stream (`seed`) and `timing` (one for all ports, or one per port).
 
     For each case: load its image, program the FBCB entries, DESC_BASE,
     DESC_COUNT and BACTIVE, START, poll STATUS until not busy, read the
@@ -47,10 +51,13 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = Sla
     """
     dut = Npu(params)
     size = _mem_size(max(c.image.base + len(c.image.memory) for c in cases))
-    # one RAM model per AXI port, all on one memory, each port with its own stalls
-    ports = [AxiRamModel(getattr(dut, m_axi_name(0)), size=size, data_width=params.axi_dw, timing=timing, seed=seed)]
-    ports += [AxiRamModel(getattr(dut, m_axi_name(i)), size=size, data_width=params.axi_dw, timing=timing,
-                          seed=seed + 7919 * i, mem=ports[0].mem) for i in range(1, params.axi_ports)]
+    timings = [timing] * params.axi_ports if isinstance(timing, SlaveTiming) else list(timing)
+    if len(timings) != params.axi_ports:
+        raise ValueError(f"{len(timings)} port timings for {params.axi_ports} AXI ports")
+    ports: list[AxiRamModel] = []
+    for i, port_timing in enumerate(timings):
+        ports.append(AxiRamModel(getattr(dut, m_axi_name(i)), size=size, data_width=params.axi_dw,
+                                 timing=port_timing, seed=seed + 7919 * i, mem=ports[0].mem if ports else None))
     ram = ports[0]
     axil = AxiLiteMaster(dut.s_axi)
     results: list[RunResult] = []

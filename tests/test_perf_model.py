@@ -205,3 +205,20 @@ def test_exact_input_reads_from_the_geometry():
     assert im2col_row_reads(pad, 4, bus)[0] == 9
     exact = layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9, geometry=pad)
     assert exact == layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9)
+
+
+def test_port_skew_prices_a_short_step_on_several_ports():
+    """An FC step (k = 1/2 on <64,4,16>: TPk = 2 weight rows of 14 words, 2 packed groups of one
+    input run) on four 64-bit ports, as the RTL runs it (docs/rtl-agreement.md): the weight rows
+    take 4 beats on their ports, the runs 1, responses leave in order, so the last response
+    comes 3 cycles after the 4-command stream; on one port the beats already run one by one."""
+    from fluidnpu.dse.perf_model import layer_costs
+
+    four = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(4, PORT64), EngineTiming(), R=1)
+    tile = four.tile(np.int64(14))
+    assert float(tile.row_beats) == 4 and float(four.in_runs) == 36 == float(four.in_beats)
+    assert float(four.port_skew(1, tile, 2)) == 3.0
+    one = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(1, PORT64), EngineTiming(), R=1)
+    assert float(one.port_skew(1, one.tile(np.int64(14)), 2)) == 0.0
+    # a long step (128 rows) is not delayed beyond its command stream in the steady state
+    assert float(four.port_skew(128, tile, 1)) == 3.0     # against 128 cycles of compute
