@@ -20,6 +20,7 @@ import struct
 from typing import Any, Iterable, Mapping
 import zlib
 
+from fluidnpu.boards.catalog import NPU_AXI_PORTS_MAX
 from fluidnpu.errors import FluidError
 
 ID_VALUE = 0x464E5055  # "FNPU"
@@ -300,7 +301,7 @@ def design_hash(bundle: Any) -> int:
     return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
 
 
-MAX_AXI_PORTS = 4
+MAX_AXI_PORTS = NPU_AXI_PORTS_MAX
 """Most AXI master ports: the Zynq boards have four HP ports, and the control unit counts
 its reads in flight in 6 bits (4 ports x 13 = 52 < 64, `AxiDma.max_reads_in_flight`)."""
 
