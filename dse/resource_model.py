@@ -68,10 +68,10 @@ class LogicCosts:
     # per AXI port beyond the first (hw/dma.py AxiDma: a ReadEngine + WriteEngine each); Yosys of
     # AxiDma alone at NMAX 32 and 128, 64-bit, 1/2/4 ports (docs/resources.md, "Several AXI ports")
     lut_per_axi_port: float = 383.0      # burst planning, address queues, outstanding counters
-    ff_per_axi_port: float = 292.0
+    ff_per_axi_port: float = 293.0
     lut_per_axi_port_word: float = 85.1  # per NMAX word: beat slots, alignment, response register, W queue
     ff_per_axi_port_word: float = 48.2
-    lut_per_merge_word: float = 16.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
+    lut_per_merge_word: float = 17.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
     # engine
     lut_core_base: float = 473.0
     ff_core_base: float = 219.0
