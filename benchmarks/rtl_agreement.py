@@ -1,14 +1,17 @@
 """RTL cycle counters against the DSE performance model, over many random layers.
 
 Runs seeded random single-layer cases (convs and FCs, every <BR, k>, every
-batch size) on four simulated NPU configurations (Amaranth simulator, AXI RAM
-model), reads CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case with
-dse.perf_model, and writes docs/figures/rtl/agreement.{csv,json,png}. Prints
-the worst and mean disagreement. Then runs one compute-bound layer on
-<128, 4, 16> at 64-, 128- and 256-bit AXI and prints its MAC-active share
-(CYC_MAC / CYC_BUSY) beside the model's (`--no-compute-bound` skips it).
+batch size) on seven simulated NPU configurations, four on one AXI port and
+three on two or four (Amaranth simulator, one AXI RAM model per port), reads
+CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case with dse.perf_model, and
+writes docs/figures/rtl/agreement.{csv,json,png}. Prints the worst and mean
+disagreement. Then runs one compute-bound layer on <128, 4, 16> on one 64-,
+128- and 256-bit port and on two and four 64-bit ports and prints its
+MAC-active share (CYC_MAC / CYC_BUSY) beside the model's
+(`--no-compute-bound` skips it). `--configs 4,5,6` runs only those entries
+of AGREEMENT_CONFIGS (the seeds stay the same).
 
-    python benchmarks/rtl_agreement.py [--cases 12] [--out docs/figures/rtl]
+    python benchmarks/rtl_agreement.py [--cases 12] [--configs 0,1] [--out docs/figures/rtl]
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ import time
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.hw.regmap import NpuParams
-from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, COMPUTE_BOUND_ENGINE, agreement_cases, agreement_rows,
+from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, agreement_cases, agreement_rows, compute_bound_buses,
                                        compute_bound_case, compute_bound_rows, model_mac_share)
 
 
@@ -33,25 +35,28 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=12, help="cases per configuration")
     ap.add_argument("--out", default="docs/figures/rtl")
     ap.add_argument("--no-compute-bound", action="store_true", help="skip the compute-bound MAC-share runs")
+    ap.add_argument("--configs", default=None, help="comma-separated indices into AGREEMENT_CONFIGS (default: all)")
     args = ap.parse_args()
+    chosen = (range(len(AGREEMENT_CONFIGS)) if args.configs is None
+              else [int(i) for i in args.configs.split(",")])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     t0 = time.perf_counter()
     with Progress(console=Console(stderr=True)) as prog:
-        task = prog.add_task("simulating", total=len(AGREEMENT_CONFIGS))
-        for i, params in enumerate(AGREEMENT_CONFIGS):
+        task = prog.add_task("simulating", total=len(chosen))
+        for i in chosen:
+            params = AGREEMENT_CONFIGS[i]
             rows += agreement_rows(params, agreement_cases(params, args.cases, seed=1000 * (i + 1)))
             prog.advance(task)
     seconds = time.perf_counter() - t0
     cb = []
     if not args.no_compute_bound:
         case = compute_bound_case()
-        for r in compute_bound_rows():
-            dw = int(r.config.rsplit(" ", 1)[1])
-            share = model_mac_share(NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=dw), case)
-            cb.append(asdict(r) | {"axi_dw": dw, "error": r.error, "mac_share": r.mac_share,
-                                   "model_mac_share": share})
+        for params, r in zip(compute_bound_buses(), compute_bound_rows()):
+            share = model_mac_share(params, case)
+            cb.append(asdict(r) | {"axi_dw": params.axi_dw, "axi_ports": params.axi_ports, "error": r.error,
+                                   "mac_share": r.mac_share, "model_mac_share": share})
     records = [asdict(r) | {"error": r.error, "mac_share": r.mac_share} for r in rows]
     with open(out / "agreement.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(records[0]))

@@ -16,6 +16,8 @@ from fluidnpu.output import read_json
 from fluidnpu.schema import check
 
 BOARD_DIR = Path(__file__).resolve().parent
+NPU_AXI_PORTS_MAX = 4
+"""The NPU RTL has one AXI master per HP port, at most this many (hw/regmap.py NpuParams.axi_ports)."""
 FORMAT = "fluidnpu-board"
 VERSION = 1
 
@@ -135,11 +137,16 @@ class Board:
         f = (clock_mhz or self.clock_mhz) * 1e6
         return self.bandwidth_bytes_per_s(clock_mhz) / f
 
+    @property
+    def npu_axi_ports(self) -> int:
+        """AXI masters the NPU built for this board has: one per HP port, at most NPU_AXI_PORTS_MAX."""
+        return min(self.hp_ports, NPU_AXI_PORTS_MAX)
+
     def bus(self, clock_mhz: float | None = None):
         """The DMA's view of memory: all HP ports' bandwidth (DDR-capped), in beats of one port."""
         from fluidnpu.dse.perf_model import Bus
 
-        return Bus.of(self.bytes_per_cycle(clock_mhz), self.hp_width_bits / 8)
+        return Bus.of(self.bytes_per_cycle(clock_mhz), self.hp_width_bits / 8, ports=self.npu_axi_ports)
 
     def check_clock(self, clock_mhz: float) -> None:
         if not 0 < clock_mhz <= self.max_clock_mhz:

@@ -104,6 +104,7 @@ class TileCosts:
     weights: np.ndarray        # all P weight rows + the tile's bias
     first_weights: np.ndarray  # the first step's weight rows + bias
     out_row: np.ndarray        # one output row of one group (the writer's command)
+    row_beats: np.ndarray      # beats of one weight row (one DMA command, on one port)
 
 
 @dataclass(frozen=True)
@@ -113,18 +114,44 @@ class Bus:
     Reads and writes are separate AXI channels. A DMA command of n words at a
     random 2-byte alignment costs (n + w - 1) / w beats on average (w words a
     beat): a short run still occupies whole beats, which is what makes narrow
-    input rows expensive. With several ports, beats of different commands go
-    out side by side: a beat costs port_bytes / bytes_per_cycle cycles.
+    input rows expensive. With several ports (bytes_per_cycle > port_bytes),
+    the DMA deals commands round-robin over them, so beats of different
+    commands go out side by side: a beat costs port_bytes / bytes_per_cycle
+    cycles. But the control unit issues one command a cycle and takes one
+    response a cycle (in command order), so a stream of commands costs at
+    least one cycle each: `stream` = max(commands, beats x beat cycles). On one
+    port a command is at least one beat (or one zero-fill response), so the
+    floor never binds there and one port's figures are the plain beat counts.
     """
 
     bytes_per_cycle: float
     port_bytes: float
     word_bytes: int = 2
+    ports: int = 0             # AXI ports the commands are dealt over; 0: as many as the bandwidth needs
+
+    COMMAND_CYCLES = 1.0
+    """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle."""
 
     @classmethod
-    def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2) -> "Bus":
+    def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
+           ports: int = 0) -> "Bus":
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
-                   word_bytes)
+                   word_bytes, ports)
+
+    @classmethod
+    def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
+        """n AXI ports of `port_bytes` each at one beat a cycle (the RTL's `AxiDma(ports=n)` on an ideal memory)."""
+        return cls.of(n * port_bytes, port_bytes, word_bytes, n)
+
+    @property
+    def n_ports(self) -> int:
+        """AXI ports: `ports`, or the fewest whose beats carry `bytes_per_cycle`."""
+        return self.ports or max(1, int(np.ceil(self.bytes_per_cycle / self.port_bytes - 1e-9)))
+
+    @property
+    def port_cycles(self) -> float:
+        """Cycles one port takes per beat with every port busy (> 1 where the memory, not the ports, limits)."""
+        return max(1.0, self.n_ports * self.beat_cycles)
 
     @property
     def beat_cycles(self) -> float:
@@ -135,8 +162,13 @@ class Bus:
     def words_per_beat(self) -> int:
         return max(1, int(self.port_bytes // self.word_bytes))
 
-    def cycles(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
-        """Expected cycles to move `words` words cut into `runs` contiguous commands.
+    def stream(self, beats: ArrayLike, commands: ArrayLike) -> np.ndarray:
+        """Cycles of `commands` DMA commands moving `beats` beats (zero-fill responses count as
+        beats): the busier of the command stream and the ports."""
+        return np.maximum(np.asarray(commands) * self.COMMAND_CYCLES, np.asarray(beats) * self.beat_cycles)
+
+    def beats(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
+        """Expected beats of `words` words cut into `runs` contiguous commands.
 
         Commands start at multiples of `grain` words (e.g. gcd of run length
         and pitch); averaged over those alignments a run of n words (grain | n)
@@ -148,8 +180,11 @@ class Bus:
             grain = np.minimum(grain & -grain, wpb)
         else:
             grain = np.gcd(grain, wpb)
-        beats = (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
-        return beats * (wpb * self.word_bytes / self.bytes_per_cycle)
+        return (np.asarray(words) + np.asarray(runs) * (wpb - grain)) / wpb
+
+    def cycles(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
+        """Expected cycles to move `words` words cut into `runs` contiguous commands (`beats`, `stream`)."""
+        return self.stream(self.beats(words, runs, grain), runs)
 
 
 @dataclass(frozen=True)
@@ -164,6 +199,9 @@ class LayerCosts:
     bus: Bus
     timing: EngineTiming
     bias_chunk: ArrayLike = 8    # int32 biases one read moves (NMAX / 2 = max(TP, TC, 8))
+    in_beats: ArrayLike = 0.0    # beats (and zero-fill responses) of one input row over all steps
+    in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
+    skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
 
     def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike) -> np.ndarray:
         """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias, for `groups`
@@ -202,7 +240,34 @@ class LayerCosts:
         grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
         return TileCosts(w, self._weights(self.P, w, grain, groups),
                          self._weights(np.minimum(self.TPk, self.P), w, grain, groups),
-                         np.maximum(1.0, self.bus.cycles(w, 1, grain)))
+                         np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain))
+
+    def port_skew(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """Cycles by which a step's last response follows its command stream, on several ports.
+
+        The DMA deals a step's commands (TPk weight rows of B_w beats, then m input runs
+        of B_i) round-robin over N ports; a command's beats all move on its port, one a
+        cycle, behind that port's earlier commands, and responses leave in command order,
+        one a cycle. So the step's last response comes at max(stream, f_w + m, c - 1 + B_i)
+        (c = TPk + m commands), f_w = max(TPk - 1 + B_w, (TPk - 1) mod N + ceil(TPk/N) B_w)
+        being when the last weight row is in; `stream` = max(c, beats / N) is what `fetch`
+        charges. The difference delays the step's hand-over to the core, which matters where
+        the fetcher waits for it (`block`'s balance term, the prologue). 0 on one port: the
+        beats already run one by one there (docs/rtl-agreement.md, "Several AXI ports").
+        """
+        n = self.bus.n_ports
+        if n == 1 or not self.skew:
+            return np.zeros(np.broadcast(np.asarray(t), np.asarray(groups), self.n_p).shape)
+        pc = self.bus.port_cycles
+        in_runs = np.asarray(self.in_runs, dtype=float)
+        m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p          # input commands a step
+        b_in = np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9) * pc     # cycles of one on its port
+        b_w = tile.row_beats * pc
+        c = self.TPk + m
+        last_w = np.maximum(self.TPk - 1 + b_w, (self.TPk - 1) % n + _ceil_div(self.TPk, n) * b_w)
+        stream = self.bus.stream(self.TPk * tile.row_beats + m * np.asarray(self.in_beats)
+                                 / np.maximum(in_runs, 1e-9), c)
+        return np.maximum(np.maximum(last_w + m, c - 1 + b_in) - stream, 0.0)
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
@@ -224,14 +289,14 @@ class LayerCosts:
         fetch = (tile.weights + t * groups * self.in_row + self.n_p * tm.step_overhead + tm.block_overhead
                  + np.asarray(extra))
         compute = self.n_p * t
-        balance = (fetch + self.n_p * tm.dma_latency) / 2
+        balance = (fetch + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
         steps = np.maximum(np.maximum(compute, fetch), balance)
         return np.maximum(steps, t * groups * tile.out_row)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
         tm = self.timing
-        return self.first_step(t, tile, groups) + tm.dma_latency + tm.block_overhead
+        return self.first_step(t, tile, groups) + tm.dma_latency + tm.block_overhead + self.port_skew(t, tile, groups)
 
     def regroup(self, t_prev: ArrayLike, t_next: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """A pass with another group count waits for the core to empty (the input
@@ -304,8 +369,9 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     runs = n_p + crossings
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
-    in_row = inside * bus.cycles(P, runs, align) + (1 - inside) * runs * bus.beat_cycles
-    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing, np.asarray(chunk))
+    in_beats = inside * bus.beats(P, runs, align) + (1 - inside) * runs
+    return LayerCosts(n_p, TPk, bus.stream(in_beats, runs), P, np.asarray(C), bus, timing,
+                      bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs)
 
 
 def layer_inside(layer) -> float:
@@ -315,7 +381,7 @@ def layer_inside(layer) -> float:
     return im2col_inside(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
 
 
-def im2col_row_reads(geometry, TPk: int, bus: Bus) -> float:
+def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float]:
     """Exact read cycles of one im2col row over all weight steps, averaged over the rows.
 
     `geometry` names the convolution as a layer descriptor does (in_h, in_w,
@@ -326,6 +392,8 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> float:
     actual beats at its actual alignment, or one response for a zero-fill run
     in the padding. This replaces the average-alignment estimate where the
     geometry is known (the RTL testbenches); the DSE uses the estimate.
+    Returns (cycles, beats, commands), each per row (`LayerCosts.in_row`,
+    `in_beats`, `in_runs`).
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
@@ -346,7 +414,8 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> float:
     start = (iy0 * g.in_w + ix0) * cin + off         # words from the sample base
     beats = (start % wpb + n + wpb - 1) // wpb
     cost = np.where(inside, beats, 1)
-    return float(cost.sum()) / (g.out_h * g.out_w) * bus.beat_cycles
+    rows = g.out_h * g.out_w
+    return float(bus.stream(cost.sum(), cost.size)) / rows, float(cost.sum()) / rows, float(cost.size) / rows
 
 
 def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -390,7 +459,8 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
-        costs = replace(costs, in_row=np.asarray(im2col_row_reads(geometry, int(TPk), bus)))
+        in_row, in_beats, in_runs = im2col_row_reads(geometry, int(TPk), bus)
+        costs = replace(costs, in_row=np.asarray(in_row), in_beats=in_beats, in_runs=in_runs)
     nct = _ceil_div(C, TCk)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)
@@ -559,21 +629,34 @@ def layer_parts(setup: LayerSetup, TR: ArrayLike) -> LayerParts:
                       _plan(setup, rb.TR, rb), np.asarray(desc))
 
 
+def without_port_skew(setup: LayerSetup) -> LayerSetup:
+    """The same layer priced with `LayerCosts.port_skew` = 0: a lower bound on its cycles at
+    every TR (the skew only adds to a block, and of the last block's extra the drain takes back
+    at most 1/n_p; docs/interpretations.md, Eq. 2). The identity on one port."""
+    costs = setup.mode.costs
+    if costs.bus.n_ports == 1:
+        return setup
+    return replace(setup, mode=replace(setup.mode, costs=replace(costs, skew=False)))
+
+
 def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(cycles at TR = hi, a lower bound on the cycles at every TR in [lo, hi]).
 
     Each part is taken where it is smallest on the range (docs/interpretations.md, Eq. 2):
     body at hi, regroup and prologue at lo, the drain at the better end (it is concave in the
     last block's size, which grows with TR), the planning with lo's narrow divider and hi's
-    pass kinds. Where the mode does not exist at hi it exists nowhere on the range (inf).
-    At lo == hi the bound is the cycles, bit for bit.
+    pass kinds, all on the skew-free costs (`without_port_skew`: the several-port skew is not
+    convex in a block's rows). Where the mode does not exist at hi it exists nowhere on the
+    range (inf). At lo == hi on one port the bound is the cycles, bit for bit.
     """
     at_hi = layer_parts(setup, hi)
-    rb_lo = row_blocks(setup, lo)
-    rb_hi = row_blocks(setup, hi)
-    low = LayerParts(at_hi.exists, at_hi.body, _regroup(setup, rb_lo), _prologue(setup, rb_lo),
-                     np.minimum(_drain(setup, rb_lo), at_hi.drain), _plan(setup, rb_lo.TR, rb_hi), at_hi.desc)
-    return at_hi.cycles(setup), low.cycles(setup)
+    free = without_port_skew(setup)
+    free_hi = at_hi if free is setup else layer_parts(free, hi)
+    rb_lo = row_blocks(free, lo)
+    rb_hi = row_blocks(free, hi)
+    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo),
+                     np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
+    return at_hi.cycles(setup), low.cycles(free)
 
 
 def layer_cycles(
@@ -581,12 +664,13 @@ def layer_cycles(
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
     timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
-    inside: ArrayLike = 1.0, geometry=None,
+    inside: ArrayLike = 1.0, geometry=None, ports: int = 0,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
     `taps` = kh*kw of a convolution (P = taps * cin); `port_bytes` = bytes of
-    one AXI beat (default: one port carrying all of `bytes_per_cycle`);
+    one AXI beat (default: one port carrying all of `bytes_per_cycle`); `ports`: AXI
+    ports the DMA deals its commands over (0: bytes_per_cycle / port_bytes, rounded up);
     `inside` = `im2col_inside` of a padded convolution; `geometry` (a layer
     descriptor, scalar design only): price the input reads exactly
     (`im2col_row_reads`) instead of at their average alignment.
@@ -597,22 +681,23 @@ def layer_cycles(
     """
     if not 1 <= BR <= b:
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
-    bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes)
+    bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports)
     mode = mode_costs(TP, TC, R, P, C, k_code, bus, timing, taps, inside, geometry)
     setup = layer_setup(mode, R, G, b, BR)
     return layer_parts(setup, TR).cycles(setup)
 
 
 def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,
-                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True) -> int:
+                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1) -> int:
     """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
-    out_w, kh, kw, sh, sw, ph, pw) on an engine with one AXI port of `bytes_per_cycle`: how the RTL
-    agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their actual
-    alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
+    out_w, kh, kw, sh, sw, ph, pw) on an engine with `ports` AXI ports of `bytes_per_cycle` each: how
+    the RTL agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their
+    actual alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
     g = geometry
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
-    return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, bytes_per_cycle, timing,
-                            taps=g.kh * g.kw, inside=inside, geometry=g if exact else None))
+    return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, ports * bytes_per_cycle, timing,
+                            taps=g.kh * g.kw, port_bytes=bytes_per_cycle, inside=inside,
+                            geometry=g if exact else None, ports=ports))
 
 
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:

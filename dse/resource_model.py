@@ -70,6 +70,13 @@ class LogicCosts:
     ff_per_port_word: float = 16.8
     lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
     ff_per_bank: float = 261.0
+    # per AXI port beyond the first (hw/dma.py AxiDma: a ReadEngine + WriteEngine each); Yosys of
+    # AxiDma alone at NMAX 32 and 128, 64-bit, 1/2/4 ports (docs/resources.md, "Several AXI ports")
+    lut_per_axi_port: float = 383.0      # burst planning, address queues, outstanding counters
+    ff_per_axi_port: float = 293.0
+    lut_per_axi_port_word: float = 85.1  # per NMAX word: beat slots, alignment, response register, W queue
+    ff_per_axi_port_word: float = 48.2
+    lut_per_merge_word: float = 17.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
     # engine
     lut_core_base: float = 610.0
     ff_core_base: float = 391.0
@@ -168,14 +175,19 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
 
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
-                  costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue."""
+                  costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
+                  packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue.
+    `axi_ports`: AXI masters (the board's HP ports); the fitted terms are one port's."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, input_banks(bmax, packing)
+    extra = axi_ports - 1
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
-           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax))
+           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax)
+           + extra * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax)
+           + (extra > 0) * costs.lut_per_merge_word * nmax)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
-          + costs.ff_per_bank * nb + fbcb_bits(bmax))
+          + costs.ff_per_bank * nb + fbcb_bits(bmax) + extra * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax))
     return lut, ff
 
 
@@ -200,10 +212,11 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
-              costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+              costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
+              packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, packing=packing)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, packing=packing)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, packing=packing)
     return np.ceil(cl + el), np.ceil(cf + ef)
 
@@ -234,7 +247,8 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
                      packing: bool = True) -> Resources:
     """Resources of one design (scalar convenience around the vector model)."""
     bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, packing=packing)
-    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, packing=packing)
+    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, axi_ports=board.npu_axi_ports,
+                        packing=packing)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
 
@@ -243,7 +257,7 @@ def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Boar
                      n_layers: int, stackable: bool, *, packing: bool = True) -> np.ndarray:
     """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource."""
     _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, packing=packing)
-    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, packing=packing)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=board.npu_axi_ports, packing=packing)
     return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
             & (ff <= board.limit("ff")))
 

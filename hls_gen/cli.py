@@ -29,7 +29,8 @@ def vivado_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
         emit_json(summary)
         return
     click.echo(f"{summary['board']} ({summary['part']}), {summary['ps']}: {summary['clock_pin']} at "
-               f"{summary['clock_mhz']:g} MHz, NPU m_axi -> {summary['hp_port']} ({summary['hp_width']} bits), "
+               f"{summary['clock_mhz']:g} MHz, NPU {', '.join(summary['m_axi'])} -> {', '.join(summary['hp_ports'])} "
+               f"({summary['hp_width']} bits each), "
                f"registers on {summary['reg_port']} at {summary['reg_base']}, irq -> {summary['irq']}")
     click.echo(f"IP {summary['vlnv']}, DESIGN_HASH {summary['design_hash']}")
     click.echo(f"wrote to {summary['outdir']}: rtl/, package_ip.tcl, block_design.tcl, build.tcl, build.sh, "

@@ -10,8 +10,9 @@
   fixed `DESIGN_HASH` user parameter the host driver checks in the `.hwh`;
 * `block_design.tcl` — the processing system of the bundle's board (board
   presets where Vivado has the board files), the NPU, a Processor System
-  Reset, two SmartConnects (registers on the PS's general-purpose master, the
-  NPU's m_axi on the first HP port), the interrupt, and the address map;
+  Reset, SmartConnects (registers on the PS's general-purpose master; one per
+  NPU master port, `m_axi<i>` on HP port i: every port the board has, up to
+  four), the interrupt, and the address map (DDR for each master);
 * `build.tcl` — project, packaging, block design, synthesis and
   implementation runs, `write_bitstream`, then `npu.bit` + `npu.hwh` (same
   basename, as PYNQ wants them), `npu.xsa`, reports and `build_report.json`;
@@ -32,6 +33,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.regmap import m_axi_name
 from fluidnpu.output import make_dir, write_text
 
 BD_NAME = "fluidnpu_bd"
@@ -54,36 +56,49 @@ class PsFamily:
     title: str
     ip: str                        # vendor:library:name; the newest version in the catalog is used
     ipx_family: str                # supported_families name for ipx
-    hp_widths: tuple[int, ...]     # data widths the first HP port can be set to
+    hp_widths: tuple[int, ...]     # data widths the HP ports can be set to
     clk: str                       # PL clock output pin
     resetn: str                    # PL reset output pin (active low)
     irq: str                       # PL-to-PS interrupt input
     gp_master: str                 # general-purpose master interface (registers)
     gp_aclk: str
+    # HP port i (the NPU's m_axi<i>): names with {i} = port, {g} = the PS's S_AXI_GP index of that port
     hp_slave: str                  # high-performance slave interface (NPU memory)
     hp_aclk: str
     ddr_segment: str               # the HP port's DDR address segment, relative to the PS cell
     reg_base: int                  # register window base in the GP master's range (Vivado's default)
     automation_rule: str
     automation_config: str         # Tcl list elements; $preset is 1 (apply the board preset) or 0
-    config: Callable[[float, int], dict[str, str]]  # clock MHz, HP width -> CONFIG.* of the PS
+    config: Callable[[float, int, int], dict[str, str]]  # clock MHz, HP width, HP ports -> CONFIG.* of the PS
     clock_key: str                 # CONFIG key of the requested PL clock
     clock_actual_key: str          # CONFIG key Vivado fills with the clock it can make
     hp_width_key: str
+    hp_gp_base: int = 0            # {g} = hp_gp_base + i
+    hp_ports: int = 4              # HP ports the PS has
+
+    def hp(self, i: int, name: str) -> str:
+        """HP port i's `hp_slave` / `hp_aclk` / `ddr_segment` / `hp_width_key`."""
+        if not 0 <= i < self.hp_ports:
+            raise FluidError(f"the {self.title} has HP ports 0..{self.hp_ports - 1}, not {i}")
+        return getattr(self, name).format(i=i, g=self.hp_gp_base + i)
 
 
-def _z7_config(clock_mhz: float, hp_width: int) -> dict[str, str]:
-    return {"CONFIG.PCW_USE_M_AXI_GP0": "1", "CONFIG.PCW_USE_S_AXI_HP0": "1",
-            "CONFIG.PCW_S_AXI_HP0_DATA_WIDTH": str(hp_width),
+def _z7_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
+    hp = {}
+    for i in range(ports):
+        hp |= {f"CONFIG.PCW_USE_S_AXI_HP{i}": "1", f"CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH": str(hp_width)}
+    return {"CONFIG.PCW_USE_M_AXI_GP0": "1", **hp,
             "CONFIG.PCW_EN_CLK0_PORT": "1", "CONFIG.PCW_EN_RST0_PORT": "1",
             "CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ": f"{clock_mhz:g}",
             "CONFIG.PCW_USE_FABRIC_INTERRUPT": "1", "CONFIG.PCW_IRQ_F2P_INTR": "1"}
 
 
-def _zynqmp_config(clock_mhz: float, hp_width: int) -> dict[str, str]:
+def _zynqmp_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
+    hp = {}
+    for i in range(ports):      # S_AXI_HP<i>_FPD is S_AXI_GP<i+2>
+        hp |= {f"CONFIG.PSU__USE__S_AXI_GP{i + 2}": "1", f"CONFIG.PSU__SAXIGP{i + 2}__DATA_WIDTH": str(hp_width)}
     return {"CONFIG.PSU__USE__M_AXI_GP0": "1", "CONFIG.PSU__USE__M_AXI_GP1": "0",
-            "CONFIG.PSU__USE__M_AXI_GP2": "0", "CONFIG.PSU__USE__S_AXI_GP2": "1",
-            "CONFIG.PSU__SAXIGP2__DATA_WIDTH": str(hp_width),
+            "CONFIG.PSU__USE__M_AXI_GP2": "0", **hp,
             "CONFIG.PSU__FPGA_PL0_ENABLE": "1", "CONFIG.PSU__NUM_FABRIC_RESETS": "1",
             "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ": f"{clock_mhz:g}",
             "CONFIG.PSU__USE__IRQ0": "1"}
@@ -93,22 +108,22 @@ PS_FAMILIES: dict[str, PsFamily] = {
     "zynq7000": PsFamily(
         family="zynq7000", title="Zynq-7000 (processing_system7)", ip="xilinx.com:ip:processing_system7",
         ipx_family="zynq", hp_widths=(32, 64), clk="FCLK_CLK0", resetn="FCLK_RESET0_N", irq="IRQ_F2P",
-        gp_master="M_AXI_GP0", gp_aclk="M_AXI_GP0_ACLK", hp_slave="S_AXI_HP0", hp_aclk="S_AXI_HP0_ACLK",
-        ddr_segment="S_AXI_HP0/HP0_DDR_LOWOCM", reg_base=0x43C0_0000,
+        gp_master="M_AXI_GP0", gp_aclk="M_AXI_GP0_ACLK", hp_slave="S_AXI_HP{i}", hp_aclk="S_AXI_HP{i}_ACLK",
+        ddr_segment="S_AXI_HP{i}/HP{i}_DDR_LOWOCM", reg_base=0x43C0_0000,
         automation_rule="xilinx.com:bd_rule:processing_system7",
         automation_config="make_external {FIXED_IO, DDR} apply_board_preset $preset Master Disable Slave Disable",
         config=_z7_config, clock_key="CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ",
         clock_actual_key="CONFIG.PCW_ACT_FPGA0_PERIPHERAL_FREQMHZ",
-        hp_width_key="CONFIG.PCW_S_AXI_HP0_DATA_WIDTH"),
+        hp_width_key="CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH"),
     "zynqmp": PsFamily(
         family="zynqmp", title="Zynq UltraScale+ MPSoC (zynq_ultra_ps_e)", ip="xilinx.com:ip:zynq_ultra_ps_e",
         ipx_family="zynquplus", hp_widths=(32, 64, 128), clk="pl_clk0", resetn="pl_resetn0", irq="pl_ps_irq0",
-        gp_master="M_AXI_HPM0_FPD", gp_aclk="maxihpm0_fpd_aclk", hp_slave="S_AXI_HP0_FPD",
-        hp_aclk="saxihp0_fpd_aclk", ddr_segment="SAXIGP2/HP0_DDR_LOW", reg_base=0xA000_0000,
+        gp_master="M_AXI_HPM0_FPD", gp_aclk="maxihpm0_fpd_aclk", hp_slave="S_AXI_HP{i}_FPD",
+        hp_aclk="saxihp{i}_fpd_aclk", ddr_segment="SAXIGP{g}/HP{i}_DDR_LOW", reg_base=0xA000_0000,
         automation_rule="xilinx.com:bd_rule:zynq_ultra_ps_e", automation_config="apply_board_preset $preset",
         config=_zynqmp_config, clock_key="CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ",
         clock_actual_key="CONFIG.PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ",
-        hp_width_key="CONFIG.PSU__SAXIGP2__DATA_WIDTH"),
+        hp_width_key="CONFIG.PSU__SAXIGP{g}__DATA_WIDTH", hp_gp_base=2),
 }
 
 # Vivado board files (shipped with Vivado) of the built-in boards; the newest installed version is used.
@@ -125,6 +140,7 @@ class Target:
     board_part_pattern: str  # "" for a user board: part only, PS defaults
     clock_mhz: float
     hp_width: int
+    hp_ports: int = 1        # NPU master ports = HP ports used (the board's, at most the PS's)
 
 
 def resolve_target(bundle: Any) -> Target:
@@ -146,8 +162,13 @@ def resolve_target(bundle: Any) -> Target:
     if width not in ps.hp_widths:
         raise FluidError(f"board {board.name}: hp_width_bits {width} is not a width the {ps.title} HP port "
                          f"supports ({', '.join(map(str, ps.hp_widths))})")
+    from fluidnpu.hw.regmap import NpuParams
+
+    ports = NpuParams.from_bundle(bundle).axi_ports
+    if ports > ps.hp_ports:
+        raise FluidError(f"board {board.name}: {ports} HP ports, but the {ps.title} has {ps.hp_ports}")
     return Target(board=board.name, part=board.part, ps=ps, board_part_pattern=BOARD_PARTS.get(board.name, ""),
-                  clock_mhz=float(bundle.clock_mhz), hp_width=width)
+                  clock_mhz=float(bundle.clock_mhz), hp_width=width, hp_ports=ports)
 
 
 # ---- Tcl text ------------------------------------------------------------------------------------
@@ -185,10 +206,10 @@ def _vars(values: Mapping[str, Any]) -> str:
 
 
 def _m_axi_addr_width(top_v: str) -> int:
-    m = re.search(r"XIL_INTERFACENAME m_axi,[^\"]*ADDR_WIDTH (\d+)", top_v)
-    if not m:
-        raise FluidError("the generated fluidnpu_top.v states no m_axi ADDR_WIDTH; cannot package it")
-    return int(m.group(1))
+    widths = set(re.findall(r"XIL_INTERFACENAME m_axi\d+,[^\"]*ADDR_WIDTH (\d+)", top_v))
+    if len(widths) != 1:
+        raise FluidError("the generated fluidnpu_top.v states no single m_axi<i> ADDR_WIDTH; cannot package it")
+    return int(widths.pop())
 
 
 def package_ip_tcl(ctx: Mapping[str, Any]) -> str:
@@ -201,7 +222,7 @@ def package_ip_tcl(ctx: Mapping[str, Any]) -> str:
         "fluidnpu_name": name, "fluidnpu_version": version, "fluidnpu_family": ctx["ipx_family"],
         "fluidnpu_top": ctx["top_module"], "fluidnpu_window": WINDOW_BYTES,
         "fluidnpu_m_axi_addr_width": ctx["m_axi_addr_width"], "fluidnpu_design_hash": ctx["hash"],
-    }) + _vars({"fluidnpu_sources": " ".join(ctx["rtl_files"])}) + r"""
+    }) + _vars({"fluidnpu_sources": " ".join(ctx["rtl_files"]), "fluidnpu_masters": " ".join(ctx["m_axi"])}) + r"""
 set fluidnpu_ip_dir [file join $fluidnpu_here ip]
 file delete -force $fluidnpu_ip_dir
 create_project -force fluidnpu_ip [file join $fluidnpu_here vivado_ip] -part $fluidnpu_part
@@ -219,13 +240,13 @@ set_property library $fluidnpu_library $core
 set_property name $fluidnpu_name $core
 set_property version $fluidnpu_version $core
 set_property display_name "fluidnpu NPU" $core
-set_property description "fluidnpu early-exit NPU (Fluid Batching, Stackable PEs); registers on s_axi, DDR on m_axi" $core
+set_property description "fluidnpu early-exit NPU (Fluid Batching, Stackable PEs); registers on s_axi, DDR on $fluidnpu_masters" $core
 set_property supported_families [list $fluidnpu_family Production] $core
 
-# Bus interfaces come from the wrapper's X_INTERFACE_INFO attributes; all five must be there
+# Bus interfaces come from the wrapper's X_INTERFACE_INFO attributes; all must be there
 # (if one is not, inference by port names is tried once).
 set missing {}
-foreach busif {s_axi m_axi aclk aresetn interrupt} {
+foreach busif [list s_axi {*}$fluidnpu_masters aclk aresetn interrupt] {
     if {[llength [ipx::get_bus_interfaces $busif -of_objects $core]] == 0} { lappend missing $busif }
 }
 if {[llength $missing] > 0} {
@@ -240,7 +261,7 @@ if {[llength $missing] > 0} {
     }
 }
 ipx::associate_bus_interfaces -busif s_axi -clock aclk $core
-ipx::associate_bus_interfaces -busif m_axi -clock aclk $core
+foreach busif $fluidnpu_masters { ipx::associate_bus_interfaces -busif $busif -clock aclk $core }
 ipx::associate_bus_interfaces -clock aclk -reset aresetn $core
 
 # The register window: one address block of WINDOW_BYTES (hw/regmap.py).
@@ -253,12 +274,14 @@ set_property range $fluidnpu_window $blk
 set_property width 32 $blk
 set_property usage register $blk
 
-# The NPU's DMA address space: the whole m_axi address range.
-set as [ipx::get_address_spaces m_axi -of_objects $core]
-if {[llength $as] == 0} { set as [ipx::add_address_space m_axi $core] }
-set_property master_address_space_ref m_axi [ipx::get_bus_interfaces m_axi -of_objects $core]
-set_property range [expr {wide(1) << $fluidnpu_m_axi_addr_width}] $as
-set_property width $fluidnpu_m_axi_addr_width $as
+# The NPU's DMA address spaces: each master's whole address range.
+foreach busif $fluidnpu_masters {
+    set as [ipx::get_address_spaces $busif -of_objects $core]
+    if {[llength $as] == 0} { set as [ipx::add_address_space $busif $core] }
+    set_property master_address_space_ref $busif [ipx::get_bus_interfaces $busif -of_objects $core]
+    set_property range [expr {wide(1) << $fluidnpu_m_axi_addr_width}] $as
+    set_property width $fluidnpu_m_axi_addr_width $as
+}
 
 # DESIGN_HASH: the bundle's design_hash(); the host driver compares it with the bundle's before loading.
 set p [ipx::get_user_parameters DESIGN_HASH -of_objects $core]
@@ -278,14 +301,58 @@ puts "fluidnpu: packaged $fluidnpu_vendor:$fluidnpu_library:$fluidnpu_name:$flui
 """
 
 
+def _hp_ports_tcl(target: Target) -> tuple[str, str, str]:
+    """Per NPU master port its SmartConnect to its HP port (Tcl), and the clock and reset pins they add."""
+    ps, lines = target.ps, []
+    smcs = [f"{MEM_SMC}{i}" for i in range(target.hp_ports)]
+    clocks = " ".join(f"[get_bd_pins {smc}/aclk]" for smc in smcs)
+    hp_clocks = " ".join(f"[get_bd_pins {PS_CELL}/{ps.hp(i, 'hp_aclk')}]" for i in range(target.hp_ports))
+    resets = " ".join(f"[get_bd_pins {smc}/aresetn]" for smc in smcs)
+    for i, smc in enumerate(smcs):
+        master = m_axi_name(i)
+        lines += [
+            f"# NPU {master} (AXI4) -> SmartConnect -> PS {ps.hp(i, 'hp_slave')} (DDR).",
+            f"set smc [create_bd_cell -type ip -vlnv [fluidnpu_ipdef xilinx.com:ip:smartconnect] {smc}]",
+            "set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] $smc",
+            f"connect_bd_intf_net [get_bd_intf_pins {NPU_CELL}/{master}] [get_bd_intf_pins {smc}/S00_AXI]",
+            f"connect_bd_intf_net [get_bd_intf_pins {smc}/M00_AXI] [get_bd_intf_pins {PS_CELL}/{ps.hp(i, 'hp_slave')}]",
+        ]
+    return "\n".join(lines) + "\n", clocks + " " + hp_clocks, resets
+
+
+def _hp_address_and_width_tcl(target: Target) -> str:
+    """DDR in each NPU master's address space, and each HP port's width checked against the NPU's."""
+    ps, lines = target.ps, []
+    for i in range(target.hp_ports):
+        master = m_axi_name(i)
+        lines += [
+            f"assign_bd_address -target_address_space [get_bd_addr_spaces {NPU_CELL}/{master}] \\",
+            f"    [get_bd_addr_segs {PS_CELL}/{ps.hp(i, 'ddr_segment')}]",
+        ]
+    lines.append("# Every HP port must be as wide as the NPU's masters (CFG_AXI_DW) and the board's hp_width_bits.")
+    for i in range(target.hp_ports):
+        master = m_axi_name(i)
+        lines += [
+            f"set hp_width [get_property {ps.hp(i, 'hp_width_key')} $ps]",
+            f"set npu_width [get_property CONFIG.DATA_WIDTH [get_bd_intf_pins {NPU_CELL}/{master}]]",
+            "if {$hp_width != $fluidnpu_hp_width || $npu_width != $fluidnpu_hp_width} {",
+            f'    error "fluidnpu: {ps.hp(i, "hp_slave")} is $hp_width bits and NPU {master} $npu_width bits; '
+            'the bundle wants $fluidnpu_hp_width"',
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def block_design_tcl(ctx: Mapping[str, Any], target: Target) -> str:
     from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES
 
     ps = target.ps
+    ports_tcl, mem_clocks, mem_resets = _hp_ports_tcl(target)
     head = _header("block_design.tcl", "the block design (run from build.tcl, in its project)", ctx)
     return head + "\n" + _vars({
         "fluidnpu_bd": BD_NAME, "fluidnpu_vlnv": VLNV, "fluidnpu_ps_ip": ps.ip,
         "fluidnpu_clock_mhz": f"{target.clock_mhz:g}", "fluidnpu_hp_width": target.hp_width,
+        "fluidnpu_hp_ports": target.hp_ports,
         "fluidnpu_reg_base": f"0x{ps.reg_base:08X}", "fluidnpu_window": f"0x{WINDOW_BYTES:X}",
     }) + f"""\
 if {{![info exists fluidnpu_board_part]}} {{ set fluidnpu_board_part "" }}
@@ -302,45 +369,33 @@ create_bd_design $fluidnpu_bd
 set ps [create_bd_cell -type ip -vlnv [fluidnpu_ipdef $fluidnpu_ps_ip] {PS_CELL}]
 set preset [expr {{$fluidnpu_board_part ne "" ? 1 : 0}}]
 apply_bd_automation -rule {ps.automation_rule} -config [list {ps.automation_config}] $ps
-set_property -dict {_tcl_dict(ps.config(target.clock_mhz, target.hp_width))} $ps
+set_property -dict {_tcl_dict(ps.config(target.clock_mhz, target.hp_width, target.hp_ports))} $ps
 
 set npu [create_bd_cell -type ip -vlnv $fluidnpu_vlnv {NPU_CELL}]
 set rst [create_bd_cell -type ip -vlnv [fluidnpu_ipdef xilinx.com:ip:proc_sys_reset] {RESET_CELL}]
 set smc_regs [create_bd_cell -type ip -vlnv [fluidnpu_ipdef xilinx.com:ip:smartconnect] {REG_SMC}]
 set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] $smc_regs
-set smc_mem [create_bd_cell -type ip -vlnv [fluidnpu_ipdef xilinx.com:ip:smartconnect] {MEM_SMC}]
-set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] $smc_mem
-
-# One clock (the PS's PL clock at the bundle's clock) for the NPU, the interconnects and both PS ports.
+# Memory: one SmartConnect per NPU master (all HP ports reach the same DDR, so one interconnect
+# with several masters and slaves could not route by address).
+{ports_tcl}
+# One clock (the PS's PL clock at the bundle's clock) for the NPU, the interconnects and all PS ports.
 connect_bd_net [get_bd_pins {PS_CELL}/{ps.clk}] [get_bd_pins {NPU_CELL}/aclk] \\
-    [get_bd_pins {RESET_CELL}/slowest_sync_clk] [get_bd_pins {REG_SMC}/aclk] [get_bd_pins {MEM_SMC}/aclk] \\
-    [get_bd_pins {PS_CELL}/{ps.gp_aclk}] [get_bd_pins {PS_CELL}/{ps.hp_aclk}]
+    [get_bd_pins {RESET_CELL}/slowest_sync_clk] [get_bd_pins {REG_SMC}/aclk] \\
+    [get_bd_pins {PS_CELL}/{ps.gp_aclk}] {mem_clocks}
 # Reset: the PS's PL reset through a Processor System Reset (a PL reset pulse from software reaches the NPU).
 connect_bd_net [get_bd_pins {PS_CELL}/{ps.resetn}] [get_bd_pins {RESET_CELL}/ext_reset_in]
 connect_bd_net [get_bd_pins {RESET_CELL}/peripheral_aresetn] [get_bd_pins {NPU_CELL}/aresetn]
-connect_bd_net [get_bd_pins {RESET_CELL}/interconnect_aresetn] [get_bd_pins {REG_SMC}/aresetn] \\
-    [get_bd_pins {MEM_SMC}/aresetn]
+connect_bd_net [get_bd_pins {RESET_CELL}/interconnect_aresetn] [get_bd_pins {REG_SMC}/aresetn] {mem_resets}
 # Registers: PS general-purpose master -> SmartConnect -> NPU s_axi (AXI4-Lite).
 connect_bd_intf_net [get_bd_intf_pins {PS_CELL}/{ps.gp_master}] [get_bd_intf_pins {REG_SMC}/S00_AXI]
 connect_bd_intf_net [get_bd_intf_pins {REG_SMC}/M00_AXI] [get_bd_intf_pins {NPU_CELL}/s_axi]
-# Memory: NPU m_axi (AXI4) -> SmartConnect -> PS HP port (DDR).
-connect_bd_intf_net [get_bd_intf_pins {NPU_CELL}/m_axi] [get_bd_intf_pins {MEM_SMC}/S00_AXI]
-connect_bd_intf_net [get_bd_intf_pins {MEM_SMC}/M00_AXI] [get_bd_intf_pins {PS_CELL}/{ps.hp_slave}]
 # Interrupt: level, active high.
 connect_bd_net [get_bd_pins {NPU_CELL}/interrupt] [get_bd_pins {PS_CELL}/{ps.irq}]
 
-# Address map: the register window (hw/regmap.py WINDOW_BYTES) in the PS's data space; DDR for the NPU.
+# Address map: the register window (hw/regmap.py WINDOW_BYTES) in the PS's data space; DDR for each NPU master.
 assign_bd_address -offset $fluidnpu_reg_base -range $fluidnpu_window \\
     -target_address_space [get_bd_addr_spaces {PS_CELL}/Data] [get_bd_addr_segs {NPU_CELL}/s_axi/{ADDR_BLOCK}]
-assign_bd_address -target_address_space [get_bd_addr_spaces {NPU_CELL}/m_axi] \\
-    [get_bd_addr_segs {PS_CELL}/{ps.ddr_segment}]
-
-# The HP port must be as wide as the NPU's m_axi (CFG_AXI_DW) and the board's hp_width_bits.
-set hp_width [get_property {ps.hp_width_key} $ps]
-set npu_width [get_property CONFIG.DATA_WIDTH [get_bd_intf_pins {NPU_CELL}/m_axi]]
-if {{$hp_width != $fluidnpu_hp_width || $npu_width != $fluidnpu_hp_width}} {{
-    error "fluidnpu: HP port is $hp_width bits and NPU m_axi $npu_width bits; the bundle wants $fluidnpu_hp_width"
-}}
+{_hp_address_and_width_tcl(target)}
 # The clock the PS can actually make (PLL dividers) may differ from the bundle's.
 set fluidnpu_clock_actual [get_property {ps.clock_actual_key} $ps]
 if {{$fluidnpu_clock_actual eq "" || abs($fluidnpu_clock_actual - $fluidnpu_clock_mhz) > 0.01 * $fluidnpu_clock_mhz}} {{
@@ -349,7 +404,7 @@ if {{$fluidnpu_clock_actual eq "" || abs($fluidnpu_clock_actual - $fluidnpu_cloc
 
 validate_bd_design
 save_bd_design
-puts "fluidnpu: block design $fluidnpu_bd: {ps.clk} $fluidnpu_clock_actual MHz, HP $fluidnpu_hp_width bits, registers at $fluidnpu_reg_base ($fluidnpu_window bytes)"
+puts "fluidnpu: block design $fluidnpu_bd: {ps.clk} $fluidnpu_clock_actual MHz, $fluidnpu_hp_ports HP ports of $fluidnpu_hp_width bits, registers at $fluidnpu_reg_base ($fluidnpu_window bytes)"
 """
 
 
@@ -454,6 +509,10 @@ exec vivado -mode batch -nojournal -log build.log -source build.tcl
 """
 
 
+def _port_list(target: Target) -> str:
+    return ", ".join(f"{m_axi_name(i)} -> {target.ps.hp(i, 'hp_slave')}" for i in range(target.hp_ports))
+
+
 def readme_txt(ctx: Mapping[str, Any], target: Target) -> str:
     ps = target.ps
     preset = (f"Vivado's {target.board} board files ({target.board_part_pattern}, newest installed) preset the PS"
@@ -471,7 +530,7 @@ Generated by `fluidnpu vivado`; regenerate rather than edit.
 
 Board {target.board} ({target.part}), {ps.title}
 NPU <TR, TP, TC> = <{ctx['TR']}, {ctx['TP']}, {ctx['TC']}>, Bmax {ctx['bmax']}, design hash {ctx['hash']}
-PL clock {ps.clk} at {target.clock_mhz:g} MHz; NPU m_axi {target.hp_width} bits -> {ps.hp_slave};
+PL clock {ps.clk} at {target.clock_mhz:g} MHz; NPU {_port_list(target)} ({target.hp_width} bits each);
 registers on {ps.gp_master} at 0x{ps.reg_base:08X} ({ctx['window']} bytes); interrupt -> {ps.irq}.
 {preset}.
 
@@ -506,6 +565,9 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     if rtl["axi_dw"] != target.hp_width:
         raise FluidError(f"the generated NPU's m_axi is {rtl['axi_dw']} bits (CFG_AXI_DW) but board "
                          f"{target.board}'s HP port is {target.hp_width} bits (hp_width_bits)")
+    if rtl["axi_ports"] != target.hp_ports:
+        raise FluidError(f"the generated NPU has {rtl['axi_ports']} AXI masters but board {target.board} "
+                         f"gives it {target.hp_ports} HP ports")
     want_hash = f"0x{design_hash(bundle):08X}"
     if rtl["design_hash"] != want_hash:
         raise FluidError(f"the generated NPU reports design hash {rtl['design_hash']}, the bundle's is {want_hash}")
@@ -515,7 +577,7 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     ctx = {"bundle": bundle_name, "board": target.board, "part": target.part, "ps": target.ps.title,
            "clock": target.clock_mhz, "hash": want_hash, "ipx_family": target.ps.ipx_family,
            "top_module": rtl["top_module"], "rtl_files": [top_v.name, npu_v.name],
-           "m_axi_addr_width": _m_axi_addr_width(top_v.read_text()), "TR": TR, "TP": TP, "TC": TC,
+           "m_axi_addr_width": _m_axi_addr_width(top_v.read_text()), "m_axi": rtl["m_axi"], "TR": TR, "TP": TP, "TC": TC,
            "bmax": rtl["bmax"], "window": WINDOW_BYTES}
     files = {
         "package_ip": ("package_ip.tcl", package_ip_tcl(ctx)),
@@ -535,7 +597,9 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     return {
         "outdir": str(outdir), "board": target.board, "part": target.part, "ps": ps.ip.rpartition(":")[2],
         "board_part": target.board_part_pattern or None, "clock_mhz": target.clock_mhz,
-        "clock_pin": ps.clk, "hp_port": ps.hp_slave, "hp_width": target.hp_width, "reg_port": ps.gp_master,
+        "clock_pin": ps.clk, "hp_port": ps.hp(0, "hp_slave"),
+        "hp_ports": [ps.hp(i, "hp_slave") for i in range(target.hp_ports)], "hp_width": target.hp_width,
+        "m_axi": rtl["m_axi"], "reg_port": ps.gp_master,
         "reg_base": f"0x{ps.reg_base:08X}", "reg_range": WINDOW_BYTES, "irq": ps.irq, "vlnv": VLNV,
         "design_hash": want_hash, "outputs": {"bit": f"{OUTPUT_BASENAME}.bit", "hwh": f"{OUTPUT_BASENAME}.hwh",
                                               "xsa": f"{OUTPUT_BASENAME}.xsa"},

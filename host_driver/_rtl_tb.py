@@ -1,6 +1,6 @@
 """The cocotb test `run_with_rtl` (host_driver/rtl_sim_device.py) runs inside the simulator.
 
-It sets up the clock, cocotbext-axi's AxiRam on m_axi and AxiLiteMaster on
+It sets up the clock, cocotbext-axi's AxiRam on each m_axi<i> and AxiLiteMaster on
 s_axi (as sim_tb/tb_npu.py does), then runs the pickled job's function in a
 `cocotb.task.bridge` thread against an RtlSimDevice and pickles its result (or
 exception) back.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import random
 import traceback
 from pathlib import Path
 
@@ -18,14 +17,10 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.task import bridge
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from fluidnpu.host_driver.rtl_sim_device import RtlSimDevice, _env_job
-
-
-def _pause(rng: random.Random, p: float):
-    while True:
-        yield rng.random() < p
+from fluidnpu.sim_tb.cocotb_ram import axi_rams
 
 
 @cocotb.test()
@@ -35,14 +30,11 @@ async def run_job(dut):
     Clock(dut.clk, 10, unit="ns", impl="gpi").start()
     dut.rst.value = 1
     await ClockCycles(dut.clk, 2)
-    ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=job["mem_bytes"])
+    # one AxiRam per m_axi<i>, all on one memory, each port paused on its own
+    ram = axi_rams(dut, job["mem_bytes"], pause=job["pause"], seed=job["seed"])[0]
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi", bus_separator="__"), dut.clk, dut.rst)
-    for obj in (ram.read_if, ram.write_if, axil.write_if, axil.read_if):
+    for obj in (axil.write_if, axil.read_if):
         obj.log.setLevel(logging.WARNING)
-    if job["pause"]:
-        for k, ch in enumerate((ram.read_if.ar_channel, ram.read_if.r_channel, ram.write_if.aw_channel,
-                                ram.write_if.w_channel, ram.write_if.b_channel)):
-            ch.set_pause_generator(_pause(random.Random(job["seed"] * 10 + k), job["pause"]))
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)

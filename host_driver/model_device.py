@@ -11,8 +11,8 @@ memory outside the device: AXI_READ/AXI_WRITE), the layer's im2col walk uses
 the descriptor's own byte strides, and the arithmetic is hw/reference.py's
 (the RTL's golden model), so outputs are bit-exact with the RTL. The cycle
 counters come from dse/perf_model.py's `layer_cycles` for the layer's FBCB
-<BR, k> at the run's Bactive, priced on one m_axi port of the build's width
-(as the RTL has it); CYC_MAC is the plan's row count and CYC_DMA_STALL the
+<BR, k> at the run's Bactive, priced on the build's m_axi ports (its width and
+port count, as the RTL has them); CYC_MAC is the plan's row count and CYC_DMA_STALL the
 rest of each layer's cycles beyond the model's fixed per-layer overhead —
 estimates, not measurements. `device_cycles` accumulates the modelled time.
 
@@ -296,7 +296,7 @@ class ModelDevice(Device):
         mem16[(dst - self.mem_base) >> 1] = y
 
     def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
-        """dse/perf_model.py's cycles for this descriptor's layer (one m_axi port of the build's width),
+        """dse/perf_model.py's cycles for this descriptor's layer (the build's m_axi ports and width),
         cached: a serving run prices the same few (layer, b, BR, k) over and over."""
         key = (tuple(f[n] for n in _GEOMETRY_FIELDS), b, br, k)
         cycles = self._cycle_cache.get(key)
@@ -307,7 +307,8 @@ class ModelDevice(Device):
 
             p = self.params
             geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS})
-            cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing)
+            cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing,
+                                       ports=p.axi_ports)
             self._cycle_cache[key] = cycles
         return cycles
 

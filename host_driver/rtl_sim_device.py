@@ -157,7 +157,7 @@ def _stdout_to_stderr():
 
 def _build_dir(params: NpuParams, sim: str) -> Path:
     from fluidnpu.sim_tb.runner import DEFAULT_BUILD_ROOT
-    tag = f"{params.TR}x{params.TP}x{params.TC}_b{params.bmax}_l{params.layers}_dw{params.axi_dw}"
+    tag = f"{params.TR}x{params.TP}x{params.TC}_b{params.bmax}_l{params.layers}_dw{params.axi_dw}_p{params.axi_ports}"
     return DEFAULT_BUILD_ROOT / f"host_driver_{tag}_{params.design_hash:08x}_{sim}"
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from fluidnpu.hw.regmap import M_AXI_PREFIX, m_axi_name  # noqa: F401  (re-exported for the RTL)
+
 AXI_RESP_OKAY = 0b00
 AXI_BURST_INCR = 0b01
 
@@ -42,3 +44,5 @@ def axi4_signature(addr_width: int = 32, data_width: int = 64, id_width: int = 1
         "rid": In(id_width), "rdata": In(data_width), "rresp": In(2), "rlast": In(1),
         "rvalid": In(1), "rready": Out(1),
     })
+
+

@@ -33,7 +33,7 @@ def rtl_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
     d = summary["design"]
     fb = summary["fbcb"]
     click.echo(f"NPU <TR, TP, TC> = <{d['TR']}, {d['TP']}, {d['TC']}>, Bmax = {summary['bmax']}, "
-               f"L = {summary['layers']} layers, m_axi {summary['axi_dw']} bits, design hash "
+               f"L = {summary['layers']} layers, {summary['axi_ports']} x {summary['axi_dw']}-bit m_axi, design hash "
                f"{summary['design_hash']}")
     click.echo(f"FBCB: {fb['entries']} entries x {fb['entry_bits']} bits = {fb['bits']} bits")
     click.echo(f"wrote to {summary['outdir']}:")

@@ -1,4 +1,4 @@
-"""AXI4 master DMA: a ReadEngine and a WriteEngine sharing one `m_axi` port.
+"""AXI4 master DMA: a ReadEngine and a WriteEngine per AXI port (`AxiDma`, 1..N ports).
 
 The sequencer moves vectors of int16 words (activations, weights, bias pairs)
 between DDR and the engine: a command names a byte address and a word count
@@ -24,20 +24,21 @@ whose bytes cross a 4 KiB boundary becomes two bursts (AXI forbids a burst
 crossing one); it is still one response (ReadEngine) and one entry in the
 `idle` bookkeeping (WriteEngine).
 
-Wiring both engines to one port: use `AxiDma` (engines + streams + `m_axi`),
-or call `connect_axi4_master(m, m_axi, read=rd.axi, write=wr.axi)` in the
-top level's `elaborate`.
+Wiring both engines to one port: use `AxiDma` (engines + streams + `m_axi0`
+.. `m_axi{N-1}`, commands dealt round-robin over the ports), or call
+`connect_axi4_master(m, m_axi, read=rd.axi, write=wr.axi)` in the top level's
+`elaborate`.
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi4_signature
+from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi4_signature, m_axi_name
 
 PAGE_BYTES = 4096
 """AXI bursts must not cross this boundary."""
@@ -386,19 +387,37 @@ class WriteEngine(wiring.Component):
 
 
 class AxiDma(wiring.Component):
-    """ReadEngine + WriteEngine behind one AXI4 master port `m_axi`.
+    """Read and write engines behind `ports` AXI4 master ports `m_axi0` .. `m_axi{ports-1}`.
 
-    Ports: `m_axi` (`axi4_signature`, master), `rd_cmd`/`rd_rsp`/`rd_error`/`rd_idle`
-    and `wr_cmd`/`wr_error`/`wr_idle` (the engines' ports, renamed). This is the
-    unit the NPU top level instantiates, and the wrapper the cocotb test drives.
+    Ports: one `m_axi<i>` per AXI port (`axi4_signature`, master; `m_axi_name(i)`),
+    `rd_cmd`/`rd_rsp`/`rd_error`/`rd_idle` and `wr_cmd`/`wr_error`/`wr_idle`. This
+    is the unit the NPU top level instantiates, and the wrapper the cocotb test drives.
+
+    Each port has its own ReadEngine and WriteEngine. Commands are dealt round-robin
+    in acceptance order: command n goes to port n mod `ports`, reads and writes each
+    with their own pointer, zero reads included. A port answers its commands in
+    order, so the n-th response is the head of port n mod `ports`: the merger takes
+    responses round-robin and the caller sees one in-order stream, as with one port,
+    without a reordering buffer or an order queue. While one port moves a command's
+    beats the next commands' beats move on the others, so a stream of several-beat
+    commands is no longer capped at one port's beat rate; the command rate stays
+    one per cycle. `rd_cmd.ready`/`wr_cmd.ready` select a register-driven ready by
+    a register, so they still depend on registers only. `idle`: every port idle;
+    `error`: any port's. Write commands to different ports complete in no fixed
+    order: `wr_idle` (all B responses in) is what orders writes before later reads.
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
-                 max_outstanding: int = 8, id_width: int = 1):
-        self.read = ReadEngine(addr_width, data_width, nmax, tag_width, max_outstanding, id_width)
-        self.write = WriteEngine(addr_width, data_width, nmax, max_outstanding, id_width)
+                 max_outstanding: int = 8, id_width: int = 1, ports: int = 1):
+        if ports < 1:
+            raise ValueError(f"ports must be >= 1, not {ports}")
+        self.ports = ports
+        self.reads = [ReadEngine(addr_width, data_width, nmax, tag_width, max_outstanding, id_width)
+                      for _ in range(ports)]
+        self.writes = [WriteEngine(addr_width, data_width, nmax, max_outstanding, id_width) for _ in range(ports)]
+        axi = {m_axi_name(i): Out(axi4_signature(addr_width, data_width, id_width)) for i in range(ports)}
         super().__init__({
-            "m_axi": Out(axi4_signature(addr_width, data_width, id_width)),
+            **axi,
             "rd_cmd": In(stream.Signature(read_cmd_layout(addr_width, nmax, tag_width))),
             "rd_rsp": Out(stream.Signature(read_rsp_layout(nmax, tag_width))),
             "rd_error": Out(1),
@@ -408,14 +427,53 @@ class AxiDma(wiring.Component):
             "wr_idle": Out(1),
         })
 
+    @staticmethod
+    def max_reads_in_flight(ports: int, max_outstanding: int = 8) -> int:
+        """Most read commands accepted and not yet answered: per port its command queue
+        (`max_outstanding` + 4) and its response register."""
+        return ports * (max_outstanding + 5)
+
+    def m_axi(self, i: int):
+        """Port i's AXI4 master interface."""
+        return getattr(self, m_axi_name(i))
+
     def elaborate(self, platform):
         m = Module()
-        m.submodules.read = rd = self.read
-        m.submodules.write = wr = self.write
-        wiring.connect(m, wiring.flipped(self.rd_cmd), rd.cmd)
-        wiring.connect(m, rd.rsp, wiring.flipped(self.rd_rsp))
-        wiring.connect(m, wiring.flipped(self.wr_cmd), wr.cmd)
-        connect_axi4_master(m, self.m_axi, read=rd.axi, write=wr.axi)
-        m.d.comb += [self.rd_error.eq(rd.error), self.rd_idle.eq(rd.idle),
-                     self.wr_error.eq(wr.error), self.wr_idle.eq(wr.idle)]
+        n = self.ports
+        for i, (rd, wr) in enumerate(zip(self.reads, self.writes)):
+            m.submodules[f"read{i}"] = rd
+            m.submodules[f"write{i}"] = wr
+            connect_axi4_master(m, self.m_axi(i), read=rd.axi, write=wr.axi)
+        m.d.comb += [self.rd_error.eq(Cat(rd.error for rd in self.reads).any()),
+                     self.rd_idle.eq(Cat(rd.idle for rd in self.reads).all()),
+                     self.wr_error.eq(Cat(wr.error for wr in self.writes).any()),
+                     self.wr_idle.eq(Cat(wr.idle for wr in self.writes).all())]
+        if n == 1:
+            wiring.connect(m, wiring.flipped(self.rd_cmd), self.reads[0].cmd)
+            wiring.connect(m, self.reads[0].rsp, wiring.flipped(self.rd_rsp))
+            wiring.connect(m, wiring.flipped(self.wr_cmd), self.writes[0].cmd)
+            return m
+
+        def advance(ptr):
+            return ptr.eq(Mux(ptr == n - 1, 0, ptr + 1))
+
+        rd_next, rsp_next, wr_next = (Signal(range(n), name=x) for x in ("rd_next", "rsp_next", "wr_next"))
+        for i, (rd, wr) in enumerate(zip(self.reads, self.writes)):
+            m.d.comb += [
+                rd.cmd.payload.eq(self.rd_cmd.payload), rd.cmd.valid.eq(self.rd_cmd.valid & (rd_next == i)),
+                rd.rsp.ready.eq(self.rd_rsp.ready & (rsp_next == i)),
+                wr.cmd.payload.eq(self.wr_cmd.payload), wr.cmd.valid.eq(self.wr_cmd.valid & (wr_next == i)),
+            ]
+        m.d.comb += [
+            self.rd_cmd.ready.eq(Array(rd.cmd.ready for rd in self.reads)[rd_next]),
+            self.rd_rsp.valid.eq(Array(rd.rsp.valid for rd in self.reads)[rsp_next]),
+            self.rd_rsp.payload.eq(Array(rd.rsp.payload.as_value() for rd in self.reads)[rsp_next]),
+            self.wr_cmd.ready.eq(Array(wr.cmd.ready for wr in self.writes)[wr_next]),
+        ]
+        with m.If(self.rd_cmd.valid & self.rd_cmd.ready):
+            m.d.sync += advance(rd_next)
+        with m.If(self.rd_rsp.valid & self.rd_rsp.ready):
+            m.d.sync += advance(rsp_next)
+        with m.If(self.wr_cmd.valid & self.wr_cmd.ready):
+            m.d.sync += advance(wr_next)
         return m

@@ -1,9 +1,11 @@
 """The NPU top level: registers + control unit + DMA + EngineCore, built from a design bundle.
 
-Ports: `s_axi` (AXI4-Lite slave, the register map of hw/regmap.py), `m_axi`
-(AXI4 master, one port, ID 0) and `irq`. `build_npu(bundle)` sizes it from the
-bundle's design point, Bmax and FBCB (preloaded into the FBCB memory, and
-reloadable through FBCB_ADDR/FBCB_DATA).
+Ports: `s_axi` (AXI4-Lite slave, the register map of hw/regmap.py), `m_axi0`
+.. `m_axi{N-1}` (AXI4 masters, ID 0, N = `NpuParams.axi_ports`: the board's HP
+ports; the DMA deals its commands round-robin over them) and `irq`.
+`build_npu(bundle)` sizes it from the bundle's design point, Bmax, FBCB
+(preloaded into the FBCB memory, and reloadable through FBCB_ADDR/FBCB_DATA)
+and board (HP port width and count).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from amaranth import Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from fluidnpu.hw.axi import axi4_signature, axi_lite_signature
+from fluidnpu.hw.axi import axi4_signature, axi_lite_signature, m_axi_name
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.engine_core import EngineCore
 from fluidnpu.hw.registers import NpuRegisters
@@ -36,7 +38,7 @@ class Npu(wiring.Component):
         self.params = params
         super().__init__({
             "s_axi": In(axi_lite_signature(32, 32)),
-            "m_axi": Out(axi4_signature(32, params.axi_dw, 1)),
+            **{m_axi_name(i): Out(axi4_signature(32, params.axi_dw, 1)) for i in range(params.axi_ports)},
             "irq": Out(1),
         })
 
@@ -48,7 +50,7 @@ class Npu(wiring.Component):
         seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX,
                         stackable=p.stackable)
         m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
-                                        tag_width=seq.tag.size)
+                                        tag_width=seq.tag.size, ports=p.axi_ports)
         core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable)
         # SOFT_RESET aborts a run: the control unit and the core are held in reset while
         # the DMA finishes the bursts it has already issued (AXI has no abort), so the
@@ -63,7 +65,8 @@ class Npu(wiring.Component):
         m.submodules.core = ResetInserter(hold)(core)
 
         wiring.connect(m, wiring.flipped(self.s_axi), regs.s_axi)
-        wiring.connect(m, wiring.flipped(self.m_axi), dma.m_axi)
+        for i in range(p.axi_ports):
+            wiring.connect(m, wiring.flipped(getattr(self, m_axi_name(i))), dma.m_axi(i))
         m.d.comb += self.irq.eq(regs.irq)
 
         # registers <-> control unit
@@ -107,9 +110,9 @@ class Npu(wiring.Component):
         return m
 
 
-def build_npu(bundle, data_width: int | None = None) -> Npu:
-    """The NPU a design bundle describes (FBCB preloaded; AXI width = the board's HP port width)."""
-    return Npu(NpuParams.from_bundle(bundle, axi_dw=data_width))
+def build_npu(bundle, data_width: int | None = None, ports: int | None = None) -> Npu:
+    """The NPU a design bundle describes (FBCB preloaded; AXI width and port count = the board's HP ports)."""
+    return Npu(NpuParams.from_bundle(bundle, axi_dw=data_width, axi_ports=ports))
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import struct
 from typing import Any, Iterable, Mapping
 import zlib
 
+from fluidnpu.boards.catalog import NPU_AXI_PORTS_MAX
 from fluidnpu.errors import FluidError
 
 ID_VALUE = 0x464E5055  # "FNPU"
@@ -326,6 +327,20 @@ def design_hash(bundle: Any) -> int:
     return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
 
 
+M_AXI_PREFIX = "m_axi"
+
+
+def m_axi_name(i: int) -> str:
+    """Name of the NPU's i-th AXI4 master port (`m_axi0`, `m_axi1`, ...): the signature
+    member, the Verilog prefix (`m_axi0__arvalid`), the Vivado bus interface (`m_axi0`)."""
+    return f"{M_AXI_PREFIX}{i}"
+
+
+MAX_AXI_PORTS = NPU_AXI_PORTS_MAX
+"""Most AXI master ports: the Zynq boards have four HP ports, and the control unit counts
+its reads in flight in 6 bits (4 ports x 13 = 52 < 64, `AxiDma.max_reads_in_flight`)."""
+
+
 @dataclass(frozen=True)
 class NpuParams:
     """The build parameters the register block reports (CFG_*) and sizes itself by."""
@@ -340,11 +355,14 @@ class NpuParams:
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
     packing: bool = True        # False: the engine never packs sample groups (static R / FC-only designs)
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
+    axi_ports: int = 1          # AXI4 master ports m_axi0.. (the board's HP ports), DMA commands dealt round-robin
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
             if getattr(self, name) < 1:
                 raise FluidError(f"NPU parameter {name} must be at least 1, got {getattr(self, name)}")
+        if not 1 <= self.axi_ports <= MAX_AXI_PORTS:
+            raise FluidError(f"NPU parameter axi_ports must be 1..{MAX_AXI_PORTS}, got {self.axi_ports}")
         if self.fbcb_depth > 1 << 16:
             raise FluidError(f"FBCB of {self.fbcb_depth} entries exceeds FBCB_ADDR's 16 bits")
         if self.fbcb and len(self.fbcb) != self.fbcb_depth:
@@ -370,15 +388,17 @@ class NpuParams:
                 "CFG_LAYERS": self.layers, "CFG_AXI_DW": self.axi_dw, "CFG_DESIGN_HASH": self.design_hash}
 
     @classmethod
-    def from_bundle(cls, bundle: Any, axi_dw: int | None = None) -> "NpuParams":
-        """Parameters of a Bundle (or its dict); AXI width defaults to the board's HP port width."""
+    def from_bundle(cls, bundle: Any, axi_dw: int | None = None, axi_ports: int | None = None) -> "NpuParams":
+        """Parameters of a Bundle (or its dict); AXI width and port count default to the board's
+        HP port width and HP port count (1 for a board dict that names no count)."""
         d = _bundle_data(bundle)
         des = d["design"]
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
+        ports = int(axi_ports if axi_ports is not None else d["board"].get("hp_ports", 1))
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
                    fbcb=tuple(fbcb_table(d)), packing=packs_groups(d.get("dse", {}).get("batching", "fluid")),
-                   stackable=bool(d.get("dse", {}).get("stackable", True)))
+                   stackable=bool(d.get("dse", {}).get("stackable", True)), axi_ports=min(ports, MAX_AXI_PORTS))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

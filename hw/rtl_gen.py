@@ -63,7 +63,7 @@ def generate_rtl(bundle: Any, outdir: Path, *, check: bool = True) -> dict[str, 
     `check`: parse what was written with pyverilog and check it (`self_check`)."""
     from fluidnpu.hw.export import write_exports
     from fluidnpu.hw.regmap import NpuParams
-    from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, top_ports, vivado_wrapper
+    from fluidnpu.hw.vivado_wrapper import WRAPPER_NAME, master_buses, top_ports, vivado_wrapper
 
     top = _build_top(bundle)
     try:
@@ -73,8 +73,9 @@ def generate_rtl(bundle: Any, outdir: Path, *, check: bool = True) -> dict[str, 
     # The register block is built from the same parameters; reading them back from the top (when it
     # exposes them) keeps the summary honest about what was generated.
     params = getattr(top, "params", None)
+    masters = master_buses(top)
     if not isinstance(params, NpuParams):
-        params = NpuParams.from_bundle(bundle, axi_dw=len(top.m_axi.wdata))
+        params = NpuParams.from_bundle(bundle, axi_dw=len(getattr(top, masters[0]).wdata), axi_ports=len(masters))
     make_dir(outdir)
     npu_v = outdir / f"{INNER_MODULE}.v"
     top_v = outdir / f"{WRAPPER_NAME}.v"
@@ -88,7 +89,7 @@ def generate_rtl(bundle: Any, outdir: Path, *, check: bool = True) -> dict[str, 
                   **{k: str(v) for k, v in exports.items()}},
         "top_module": WRAPPER_NAME, "inner_module": INNER_MODULE,
         "design": {"TR": TR, "TP": TP, "TC": TC}, "bmax": params.bmax, "layers": params.layers,
-        "axi_dw": params.axi_dw, "clock_mhz": bundle.clock_mhz,
+        "axi_dw": params.axi_dw, "axi_ports": len(masters), "m_axi": masters, "clock_mhz": bundle.clock_mhz,
         "fbcb": {"entries": params.fbcb_depth, "entry_bits": params.fbcb_width,
                  "bits": params.fbcb_depth * params.fbcb_width},
         "design_hash": f"0x{params.design_hash:08X}",

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.regmap import m_axi_name
 
 # The AXI signals the wrapper, the Tcl and the driver depend on (beyond them, optional ones may exist).
 AXI_LITE_SIGNALS = {"awaddr": "in", "awvalid": "in", "awready": "out", "wdata": "in", "wstrb": "in",
@@ -36,7 +37,7 @@ AXI_MASTER_SIGNALS = {"awaddr": "out", "awlen": "out", "awsize": "out", "awburst
                       "arlen": "out", "arsize": "out", "arburst": "out", "arvalid": "out", "arready": "in",
                       "rdata": "in", "rresp": "in", "rlast": "in", "rvalid": "in", "rready": "out"}
 # Interface names the Tcl refers to on the packaged core (package_ip.tcl's busif list, block_design.tcl).
-TCL_INTERFACES = ("s_axi", "m_axi", "aclk", "aresetn", "interrupt")
+TCL_INTERFACES = ("s_axi", "m_axi0", "aclk", "aresetn", "interrupt")
 
 
 @dataclass(frozen=True)
@@ -163,26 +164,30 @@ def check_rtl(top_v: str, npu_v: str, params: Any, *, top_name: str = "fluidnpu_
     for name in ("aclk", "aresetn"):
         need(name, "in", 1)
     need("interrupt", "out", 1)
+    masters = [m_axi_name(i) for i in range(params.axi_ports)]
     for sig, direction in AXI_LITE_SIGNALS.items():
         need(f"s_axi_{sig}", direction)
-    for sig, direction in AXI_MASTER_SIGNALS.items():
-        need(f"m_axi_{sig}", direction)
     for sig in ("wdata", "rdata"):
         need(f"s_axi_{sig}", AXI_LITE_SIGNALS[sig], 32)           # the registers are 32-bit words
-        need(f"m_axi_{sig}", AXI_MASTER_SIGNALS[sig], params.axi_dw)  # CFG_AXI_DW, the HP port's width
     need("s_axi_wstrb", "in", 4)
-    need("m_axi_wstrb", "out", params.axi_dw // 8)
+    for m in masters:
+        for sig, direction in AXI_MASTER_SIGNALS.items():
+            need(f"{m}_{sig}", direction)
+        for sig in ("wdata", "rdata"):
+            need(f"{m}_{sig}", AXI_MASTER_SIGNALS[sig], params.axi_dw)  # CFG_AXI_DW, the HP port's width
+        need(f"{m}_wstrb", "out", params.axi_dw // 8)
     window_bits = (WINDOW_BYTES - 1).bit_length()
     for sig in ("awaddr", "araddr"):
         p = top.get(f"s_axi_{sig}")
         if p is not None and p.width < window_bits:
             problems.append(f"{top_name}.s_axi_{sig} is {p.width} bits: too narrow for the {WINDOW_BYTES}-byte "
                             f"register window of hw/regmap.py ({window_bits} bits)")
-    if top.get("m_axi_awaddr") and top.get("m_axi_araddr") and top["m_axi_awaddr"].width != top["m_axi_araddr"].width:
-        problems.append(f"{top_name}: m_axi_awaddr and m_axi_araddr differ in width")
+    widths = {top[f"{m}_{sig}"].width for m in masters for sig in ("awaddr", "araddr") if f"{m}_{sig}" in top}
+    if len(widths) > 1:
+        problems.append(f"{top_name}: the masters' awaddr and araddr differ in width ({sorted(widths)})")
 
     # the wrapper's interface attributes state the same widths as the ports
-    for bus in ("s_axi", "m_axi"):
+    for bus in ("s_axi", *masters):
         stated = _stated(top_v, bus)
         for key, sig in (("DATA_WIDTH", "wdata"), ("ADDR_WIDTH", "awaddr")):
             port = top.get(f"{bus}_{sig}")
@@ -217,8 +222,8 @@ def _check_tcl(tcl: Mapping[str, str], top: Mapping[str, VPort], top_name: str) 
     for text in tcl.values():
         values |= dict(re.findall(r"^set (fluidnpu_\w+) (\S+)$", text, re.M))
     checks = {"fluidnpu_top": top_name, "fluidnpu_window": str(WINDOW_BYTES)}
-    if "m_axi_awaddr" in top:
-        checks["fluidnpu_m_axi_addr_width"] = str(top["m_axi_awaddr"].width)
+    if f"{m_axi_name(0)}_awaddr" in top:
+        checks["fluidnpu_m_axi_addr_width"] = str(top[f"{m_axi_name(0)}_awaddr"].width)
     def same(a: str, b: str) -> bool:
         try:
             return int(a, 0) == int(b, 0)
@@ -230,7 +235,7 @@ def _check_tcl(tcl: Mapping[str, str], top: Mapping[str, VPort], top_name: str) 
             problems.append(f"the Tcl sets {var} {values[var]}, the generated Verilog says {want}")
         elif var not in values:
             problems.append(f"the Tcl does not set {var}")
-    prefixes = {"s_axi", "m_axi"}
+    prefixes = {"s_axi", m_axi_name(0)}
     every = " ".join(tcl.values())
     for busif in TCL_INTERFACES:
         if busif in prefixes:

@@ -15,23 +15,32 @@ from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, descriptor_cyc
 from fluidnpu.hw.regmap import NpuParams
 from fluidnpu.sim_tb.npu_cases import Case, make_case
 
-# Engines small enough to simulate, shaped like the DSE's picks (wide TC, narrow TP) and not.
+# Engines small enough to simulate, shaped like the DSE's picks (wide TC, narrow TP) and not;
+# the last three with several AXI ports (the boards have four HP ports).
 AGREEMENT_CONFIGS: tuple[NpuParams, ...] = (
     NpuParams(TR=16, TP=4, TC=4, bmax=4, layers=1, axi_dw=64),
     NpuParams(TR=12, TP=3, TC=5, bmax=8, layers=1, axi_dw=64),
     NpuParams(TR=64, TP=4, TC=16, bmax=4, layers=1, axi_dw=64),
     NpuParams(TR=32, TP=8, TC=8, bmax=2, layers=1, axi_dw=128),
+    NpuParams(TR=16, TP=4, TC=4, bmax=4, layers=1, axi_dw=64, axi_ports=2),
+    NpuParams(TR=12, TP=3, TC=5, bmax=8, layers=1, axi_dw=64, axi_ports=4),
+    NpuParams(TR=64, TP=4, TC=16, bmax=4, layers=1, axi_dw=64, axi_ports=4),
 )
 
 
 def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
-                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True) -> list[int]:
-    """The model's cycles for each layer of `case` at its batch and <BR, k> (one AXI port).
+                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1) -> list[int]:
+    """The model's cycles for each layer of `case` at its batch and <BR, k> (`ports` AXI ports).
 
     `exact`: price the input reads from the descriptor's geometry (their actual
     alignments); False: at their average alignment, as the DSE does."""
-    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact)
+    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact, ports)
             for lp, (br, k) in zip(case.layers, case.modes)]
+
+
+def bus_name(params: NpuParams) -> str:
+    """"AXI 64" for one 64-bit port, "AXI 4x64" for four."""
+    return f"AXI {params.axi_dw}" if params.axi_ports == 1 else f"AXI {params.axi_ports}x{params.axi_dw}"
 
 
 @dataclass
@@ -72,6 +81,7 @@ def agreement_cases(params: NpuParams, n: int, seed: int) -> list[Case]:
 # on an engine whose weight steps are long (TR = 128 rows) against their TPk weight rows.
 COMPUTE_BOUND_ENGINE = dict(TR=128, TP=4, TC=16, bmax=2, layers=1)
 COMPUTE_BOUND_WIDTHS = (64, 128, 256)
+COMPUTE_BOUND_PORTS = (2, 4)            # of 64 bits: ZC706's HP ports
 
 
 def compute_bound_case(seed: int = 0) -> Case:
@@ -95,11 +105,18 @@ def compute_bound_case(seed: int = 0) -> Case:
     return case
 
 
-def compute_bound_rows(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS) -> list[AgreementRow]:
-    """The compute-bound layer on <128, 4, 16> at each AXI width: MAC-active share and model."""
+def compute_bound_buses(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS,
+                        ports: tuple[int, ...] = COMPUTE_BOUND_PORTS) -> list[NpuParams]:
+    """<128, 4, 16> on one port of each width, then on several 64-bit ports."""
+    return ([NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=dw) for dw in widths]
+            + [NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=64, axi_ports=n) for n in ports])
+
+
+def compute_bound_rows(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS,
+                       ports: tuple[int, ...] = COMPUTE_BOUND_PORTS) -> list[AgreementRow]:
+    """The compute-bound layer on <128, 4, 16> at each bus (`compute_bound_buses`): MAC-active share and model."""
     rows = []
-    for dw in widths:
-        params = NpuParams(**COMPUTE_BOUND_ENGINE, axi_dw=dw)
+    for params in compute_bound_buses(widths, ports):
         rows += agreement_rows(params, [compute_bound_case()])
     return rows
 
@@ -114,7 +131,8 @@ def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAUL
     sched = layer_schedule(params.TR, params.TP, params.TC, g.npix, g.P, g.cout, case.b, br, k)
     n_p = -(-g.P // int(mode_dims(params.TR, params.TP, params.TC, k)[1]))
     busy_rows = sum(blk.rows * n_p for blk in sched.blocks)
-    return busy_rows / sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing))
+    return busy_rows / sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
+                                              ports=params.axi_ports))
 
 
 def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = DEFAULT_TIMING) -> list[AgreementRow]:
@@ -122,12 +140,13 @@ def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = 
     from fluidnpu.sim_tb.npu_amaranth import run_cases
 
     rows = []
-    name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} AXI {params.axi_dw}"
+    name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
     for case, res in zip(cases, run_cases(params, cases)):
         g = case.layers[0].geometry
         br, k = case.modes[0]
         ok = all((o == e).all() for o, e in zip(res.outputs, case.expected)) and res.status & 0b110 == 0b010
-        model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing))
+        model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
+                                       ports=params.axi_ports))
         rows.append(AgreementRow(name, case.b, br, k, g.npix, g.P, g.cout, g.kh * g.kw,
                                  res.counters["CYC_BUSY"], model, res.counters["CYC_MAC"],
                                  res.counters["CYC_DMA_STALL"], bool(ok)))

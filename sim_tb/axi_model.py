@@ -88,13 +88,14 @@ class AxiRamModel:
     model drives its `In` members. Addresses wrap modulo `size`. Bursts that
     touch any `[lo, hi)` in `error_ranges` answer SLVERR (reads still return
     data, writes are dropped). Protocol violations raise AssertionError inside
-    the simulation.
+    the simulation. `mem`: share another model's bytearray (one model per port
+    of a multi-port master, all on one memory).
     """
 
     def __init__(self, axi, *, size: int, data_width: int, timing: SlaveTiming = SlaveTiming(),
-                 seed: int = 0, error_ranges: tuple[tuple[int, int], ...] = ()):
+                 seed: int = 0, error_ranges: tuple[tuple[int, int], ...] = (), mem: bytearray | None = None):
         self.axi = axi
-        self.mem = bytearray(size)
+        self.mem = bytearray(size) if mem is None else mem
         self.size = size
         self.beat_bytes = data_width // 8
         self.timing = timing

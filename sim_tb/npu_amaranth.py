@@ -7,11 +7,13 @@ way with cocotbext-axi.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from amaranth.sim import Simulator
 
+from fluidnpu.hw.regmap import m_axi_name
 from fluidnpu.hw.npu import Npu
 from fluidnpu.hw.regmap import REG, NpuParams
 from fluidnpu.sim_tb.axi_model import AxiRamModel, SlaveTiming
@@ -36,9 +38,12 @@ def _mem_size(n: int) -> int:
     return size
 
 
-def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = SlaveTiming(), seed: int = 0,
-              max_cycles: int = 2_000_000) -> list[RunResult]:
+def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming | Sequence[SlaveTiming] = SlaveTiming(),
+              seed: int = 0, max_cycles: int = 2_000_000) -> list[RunResult]:
     """Run `cases` back to back on one simulated NPU (one elaboration, one memory).
+
+    Each AXI port `m_axi<i>` gets its own RAM model on the one memory, with its own
+    random stream (`seed`) and `timing` (one for all ports, or one per port).
 
     For each case: load its image, program the FBCB entries, DESC_BASE,
     DESC_COUNT and BACTIVE, START, poll STATUS until not busy, read the
@@ -48,9 +53,16 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = Sla
     lo = min(c.image.base for c in cases)
     hi = max(c.image.base + len(c.image.memory) for c in cases)
     size = _mem_size(hi)
-    # memory the plans do not own answers SLVERR: a read or write outside them fails the case
-    ram = AxiRamModel(dut.m_axi, size=size, data_width=params.axi_dw, timing=timing, seed=seed,
-                      error_ranges=((0, lo), (hi, size)))
+    timings = [timing] * params.axi_ports if isinstance(timing, SlaveTiming) else list(timing)
+    if len(timings) != params.axi_ports:
+        raise ValueError(f"{len(timings)} port timings for {params.axi_ports} AXI ports")
+    # memory the plans do not own answers SLVERR on every port: a read or write outside them fails the case
+    ports: list[AxiRamModel] = []
+    for i, port_timing in enumerate(timings):
+        ports.append(AxiRamModel(getattr(dut, m_axi_name(i)), size=size, data_width=params.axi_dw,
+                                 timing=port_timing, seed=seed + 7919 * i, mem=ports[0].mem if ports else None,
+                                 error_ranges=((0, lo), (hi, size))))
+    ram = ports[0]
     axil = AxiLiteMaster(dut.s_axi)
     results: list[RunResult] = []
 
@@ -82,7 +94,8 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming = Sla
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    sim.add_process(ram.process)
+    for port in ports:
+        sim.add_process(port.process)
     sim.add_testbench(testbench)
     sim.run()
     return results

@@ -1,6 +1,6 @@
 """cocotb testbench of the generated NPU Verilog, with cocotbext-axi.
 
-Off-chip memory is cocotbext-axi's `AxiRam` on `m_axi`, the registers are
+Off-chip memory is cocotbext-axi's `AxiRam` on each `m_axi<i>` (one memory), the registers are
 driven by its `AxiLiteMaster` on `s_axi`. Every AXI channel gets random
 pauses. Parameters arrive as JSON in FLUIDNPU_NPU_TB (engine shape, seed,
 number of cases); per-run counters are written to FLUIDNPU_NPU_TB_OUT so the
@@ -17,9 +17,10 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from fluidnpu.hw.regmap import REG
+from fluidnpu.sim_tb.cocotb_ram import axi_rams
 from fluidnpu.sim_tb.npu_cases import Case, make_case
 
 MEM = 1 << 20
@@ -29,25 +30,16 @@ def _cfg() -> dict:
     return json.loads(os.environ["FLUIDNPU_NPU_TB"])
 
 
-def _pause(rng: random.Random, p: float):
-    while True:
-        yield rng.random() < p
-
-
 async def _setup(dut, cfg: dict, pause: float):
     Clock(dut.clk, 10, unit="ns", impl="gpi").start(start_high=False)
     dut.rst.value = 1
     # Let reset settle before the bus models sample anything (Icarus shows undriven
     # nets as Z in the first delta cycles).
     await ClockCycles(dut.clk, 2)
-    ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk, dut.rst, size=MEM)
+    ram = axi_rams(dut, MEM, pause=pause, seed=cfg["seed"])[0]      # one per m_axi<i>, one memory
     axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi", bus_separator="__"), dut.clk, dut.rst)
-    for obj in (ram.read_if, ram.write_if, axil.write_if, axil.read_if):
+    for obj in (axil.write_if, axil.read_if):
         obj.log.setLevel(logging.WARNING)
-    if pause:
-        for k, ch in enumerate((ram.read_if.ar_channel, ram.read_if.r_channel, ram.write_if.aw_channel,
-                                ram.write_if.w_channel, ram.write_if.b_channel)):
-            ch.set_pause_generator(_pause(random.Random(cfg["seed"] * 10 + k), pause))
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)

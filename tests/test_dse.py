@@ -47,7 +47,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                             taps = layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
                             cands.append(schedule_cycles(sched, layer.P, layer.groups, bus.bytes_per_cycle,
                                                          taps=taps, port_bytes=bus.port_bytes,
-                                                         inside=layer_inside(layer)))
+                                                         inside=layer_inside(layer), ports=bus.ports))
                         total += min(cands)
                     score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
                 if score > best[0] * (1 + 1e-12):
@@ -200,7 +200,8 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
     reps, counts = unique_layers(layers)
     scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz, float(tiny_workload.total_macs))
     score, bound = scorer.score_bound(TR, TR, TP, TC)
-    assert np.array_equal(score, bound)
+    # at one TR the bound is the score, but for the several-port skew it leaves out
+    assert (bound >= score).all() and (board.bus().n_ports > 1 or np.array_equal(score, bound))
     best = np.lexsort((TR, TC, TP, -score))[0]
     result = explore(tiny_workload, board, opts)
     assert (result.TR, result.TP, result.TC) == (TR[best], TP[best], TC[best]) and result.score == score[best]

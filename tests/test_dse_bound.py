@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, layer_cycles, layer_cycles_bound, layer_parts,
-                                     layer_setup, mode_costs, row_blocks)
+                                     layer_setup, mode_costs, row_blocks, without_port_skew)
 
 TOL = 1e-7
 
@@ -49,13 +49,16 @@ def test_bound_is_below_the_cycles_on_the_whole_range(case, lo, width):
     if np.isinf(at_hi):
         assert np.isinf(every).all()         # a mode missing at hi is missing at every smaller TR
     point, point_low = layer_cycles_bound(setup, np.int64(lo), np.int64(lo))
-    assert point_low == point == cycles(lo) or np.isinf(point)
+    if setup.mode.costs.bus.n_ports == 1:            # on several ports the bound drops the skew
+        assert point_low == point == cycles(lo) or np.isinf(point)
+    else:
+        assert point_low <= point == cycles(lo) or np.isinf(point)
 
 
 @settings(max_examples=200, deadline=None)
 @given(layers)
 def test_each_part_moves_with_tr_as_the_bound_assumes(case):
-    setup, _ = priced(case)
+    setup = without_port_skew(priced(case)[0])      # the parts the bound takes apart
     TR = np.arange(1, 400)
     parts = layer_parts(setup, TR)
     ok = parts.exists
@@ -81,7 +84,7 @@ def test_block_cost_is_convex_and_not_negative(case, w, groups):
     """Balanced blocks are optimal and fewer blocks never cost more (the body is non-increasing in
     TR) because a block's cost is convex in its rows with block(0) >= 0; the drain is concave."""
     setup, _ = priced(case)
-    costs = setup.mode.costs
+    costs = without_port_skew(setup).mode.costs      # the bound's costs (the skew is not convex)
     tile = costs.tile(np.int64(min(w, int(setup.mode.C)) or 1))
     t = np.arange(0, 80)
     f = costs.block(t, tile, groups)

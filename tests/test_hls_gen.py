@@ -36,19 +36,29 @@ from fluidnpu.errors import FluidError  # noqa: E402
 from fluidnpu.hls_gen.vivado import PS_FAMILIES, resolve_target, tcl_word  # noqa: E402
 from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash  # noqa: E402
 
+# per HP port i (the NPU's m_axi<i>): the four HP ports of each board, written out as UG585 / UG1085 name them
 EXPECT = {
     "zc706": dict(part="xc7z045ffg900-2", board_part="xilinx.com:zc706:part0:1.4", ps="processing_system7",
-                  clk="FCLK_CLK0", resetn="FCLK_RESET0_N", irq="IRQ_F2P", gp="M_AXI_GP0", hp="S_AXI_HP0",
-                  gp_aclk="M_AXI_GP0_ACLK", hp_aclk="S_AXI_HP0_ACLK", width_key="CONFIG.PCW_S_AXI_HP0_DATA_WIDTH",
+                  clk="FCLK_CLK0", resetn="FCLK_RESET0_N", irq="IRQ_F2P", gp="M_AXI_GP0",
+                  hp=["S_AXI_HP0", "S_AXI_HP1", "S_AXI_HP2", "S_AXI_HP3"], gp_aclk="M_AXI_GP0_ACLK",
+                  hp_aclk=["S_AXI_HP0_ACLK", "S_AXI_HP1_ACLK", "S_AXI_HP2_ACLK", "S_AXI_HP3_ACLK"],
+                  width_key=[f"CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH" for i in range(4)],
                   clock_key="CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ", clock=150, width=64,
-                  ddr="ps/S_AXI_HP0/HP0_DDR_LOWOCM", family="zynq"),
+                  ddr=["ps/S_AXI_HP0/HP0_DDR_LOWOCM", "ps/S_AXI_HP1/HP1_DDR_LOWOCM", "ps/S_AXI_HP2/HP2_DDR_LOWOCM",
+                       "ps/S_AXI_HP3/HP3_DDR_LOWOCM"], family="zynq"),
     "zcu104": dict(part="xczu7ev-ffvc1156-2-e", board_part="xilinx.com:zcu104:part0:1.1", ps="zynq_ultra_ps_e",
-                   clk="pl_clk0", resetn="pl_resetn0", irq="pl_ps_irq0", gp="M_AXI_HPM0_FPD", hp="S_AXI_HP0_FPD",
-                   gp_aclk="maxihpm0_fpd_aclk", hp_aclk="saxihp0_fpd_aclk",
-                   width_key="CONFIG.PSU__SAXIGP2__DATA_WIDTH",
+                   clk="pl_clk0", resetn="pl_resetn0", irq="pl_ps_irq0", gp="M_AXI_HPM0_FPD",
+                   hp=["S_AXI_HP0_FPD", "S_AXI_HP1_FPD", "S_AXI_HP2_FPD", "S_AXI_HP3_FPD"],
+                   gp_aclk="maxihpm0_fpd_aclk",
+                   hp_aclk=["saxihp0_fpd_aclk", "saxihp1_fpd_aclk", "saxihp2_fpd_aclk", "saxihp3_fpd_aclk"],
+                   width_key=["CONFIG.PSU__SAXIGP2__DATA_WIDTH", "CONFIG.PSU__SAXIGP3__DATA_WIDTH",
+                              "CONFIG.PSU__SAXIGP4__DATA_WIDTH", "CONFIG.PSU__SAXIGP5__DATA_WIDTH"],
                    clock_key="CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ", clock=200, width=128,
-                   ddr="ps/SAXIGP2/HP0_DDR_LOW", family="zynquplus"),
+                   ddr=["ps/SAXIGP2/HP0_DDR_LOW", "ps/SAXIGP3/HP1_DDR_LOW", "ps/SAXIGP4/HP2_DDR_LOW",
+                        "ps/SAXIGP5/HP3_DDR_LOW"], family="zynquplus"),
 }
+MASTERS = [f"m_axi{i}" for i in range(4)]      # both boards have four HP ports
+INTERFACES = {"s_axi", *MASTERS, "aclk", "aresetn", "interrupt"}
 
 
 class FakeVivado:
@@ -192,8 +202,8 @@ class FakeVivado:
                     "STATS.WHS": "0.02", "DIRECTORY": self._run_dir("impl_1")}[prop]
         if obj == "synth_1":
             return {"PROGRESS": "100%", "STATUS": "synth_design Complete!"}[prop]
-        if obj == "/npu/m_axi" and prop == "CONFIG.DATA_WIDTH":
-            return self.npu_core["interfaces"]["m_axi"]["DATA_WIDTH"]
+        if obj.startswith("/npu/m_axi") and prop == "CONFIG.DATA_WIDTH":
+            return self.npu_core["interfaces"][obj.rsplit("/", 1)[1]]["DATA_WIDTH"]
         if prop in self.clock_actual:
             return self.clock_actual[prop]
         if "ACT_" in prop:  # the clock Vivado can make: here, exactly the one asked for
@@ -312,8 +322,8 @@ class FakeVivado:
         assert cell in self.cells, f"no cell {cell} for pin {path}"
         if self.cells[cell] == VLNV:  # the NPU's pins are the packaged interfaces
             interfaces = self.npu_core["interfaces"]
-            kinds = {"s_axi": True, "m_axi": True, "aclk": False, "aresetn": False, "interrupt": False}
-            assert pin in interfaces and kinds[pin] == intf, f"the NPU has no {'interface ' if intf else ''}pin {pin}"
+            is_intf = pin == "s_axi" or re.fullmatch(r"m_axi\d+", pin) is not None
+            assert pin in interfaces and is_intf == intf, f"the NPU has no {'interface ' if intf else ''}pin {pin}"
         return f"/{cell}/{pin}"
 
     def c_get_bd_cells(self, *args: str) -> str:
@@ -455,6 +465,7 @@ def test_outputs_and_summary(project):
     assert {"rtl", "package_ip.tcl", "block_design.tcl", "build.tcl", "build.sh", "README.txt"} <= names
     assert {"fluidnpu_top.v", "fluidnpu_npu.v", "regmap.json"} <= {p.name for p in (out / "rtl").iterdir()}
     assert summary["part"] == exp["part"] and summary["hp_width"] == exp["width"] == bundle.board.hp_width_bits
+    assert summary["m_axi"] == MASTERS and summary["hp_ports"] == exp["hp"]     # the board's four HP ports
     assert summary["design_hash"] == f"0x{design_hash(bundle):08X}" and summary["vlnv"] == VLNV
     assert summary["outputs"]["bit"].rsplit(".", 1)[0] == summary["outputs"]["hwh"].rsplit(".", 1)[0]
     assert json.loads((out / "rtl" / "regmap.json").read_text())["design"]["design_hash"] == design_hash(bundle)
@@ -474,23 +485,25 @@ def test_package_ip_tcl(project):
     core = fake.npu_core
     assert fake.core_vlnv(core) == VLNV and core["saved"]
     assert Path(core["root"]) == out / "ip" and (out / "ip" / "component.xml").exists()
-    assert set(core["interfaces"]) == {"s_axi", "m_axi", "aclk", "aresetn", "interrupt"}
+    assert set(core["interfaces"]) == INTERFACES
     assert {"-busif": "s_axi", "-clock": "aclk"} in core["associations"]
-    assert {"-busif": "m_axi", "-clock": "aclk"} in core["associations"]
+    for m in MASTERS:
+        assert {"-busif": m, "-clock": "aclk"} in core["associations"]
     assert {"-clock": "aclk", "-reset": "aresetn"} in core["associations"]
     assert int(fake.props["address_block:reg0"]["range"]) == WINDOW_BYTES
     hash_param = fake.props["user_parameters:DESIGN_HASH"]
     assert int(hash_param["value"], 0) == design_hash(bundle) and hash_param["value_format"] == "string"
     assert fake.props[core["handle"]]["supported_families"].split()[0] == exp["family"]
-    assert core["interfaces"]["m_axi"]["DATA_WIDTH"] == str(exp["width"])
-    assert int(fake.props["address_spaces:m_axi"]["range"]) == 1 << int(core["interfaces"]["m_axi"]["ADDR_WIDTH"])
+    for m in MASTERS:    # every master: the HP width, and an address space over its whole range
+        assert core["interfaces"][m]["DATA_WIDTH"] == str(exp["width"])
+        assert int(fake.props[f"address_spaces:{m}"]["range"]) == 1 << int(core["interfaces"][m]["ADDR_WIDTH"])
     assert fake.called("close_project")
 
 
 def test_package_ip_falls_back_to_name_inference_then_stops(project):
     _, _, out, _ = project
     fake = run_tcl(out / "package_ip.tcl", infer="names")
-    assert set(fake.npu_core["interfaces"]) == {"s_axi", "m_axi", "aclk", "aresetn", "interrupt"}
+    assert set(fake.npu_core["interfaces"]) == INTERFACES
     assert fake.called("ipx::infer_bus_interfaces")
     with pytest.raises(tkinter.TclError, match="inferred no bus interface s_axi"):
         run_tcl(out / "package_ip.tcl", infer="none")
@@ -521,7 +534,8 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     assert fake.automation[0]["apply_board_preset"] == ("1" if have_board_files else "0")
     ps_props = fake.props["/ps"]
     assert float(ps_props[exp["clock_key"]]) == bundle.clock_mhz == exp["clock"]
-    assert int(ps_props[exp["width_key"]]) == exp["width"] == bundle.board.hp_width_bits
+    for key in exp["width_key"]:    # every HP port enabled at the board's width
+        assert int(ps_props[key]) == exp["width"] == bundle.board.hp_width_bits
     assert "the PS makes" not in printed  # the stand-in makes the clock asked for
     # every NPU interface is connected, and to the right place
     assert fake.cells["npu"] == VLNV
@@ -532,22 +546,26 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
         return nets[0]
 
     clk_net = net_of("/npu/aclk")
-    assert {f"/ps/{exp['clk']}", f"/ps/{exp['gp_aclk']}", f"/ps/{exp['hp_aclk']}", "/rst_npu/slowest_sync_clk",
-            "/smc_regs/aclk", "/smc_mem/aclk"} <= clk_net
+    assert {f"/ps/{exp['clk']}", f"/ps/{exp['gp_aclk']}", "/rst_npu/slowest_sync_clk", "/smc_regs/aclk",
+            *(f"/ps/{a}" for a in exp["hp_aclk"]), *(f"/smc_mem{i}/aclk" for i in range(4))} <= clk_net
+    assert net_of("/rst_npu/interconnect_aresetn") == {"/rst_npu/interconnect_aresetn", "/smc_regs/aresetn",
+                                                       *(f"/smc_mem{i}/aresetn" for i in range(4))}
     assert net_of("/npu/aresetn") == {"/rst_npu/peripheral_aresetn", "/npu/aresetn"}
     assert net_of("/rst_npu/ext_reset_in") == {f"/ps/{exp['resetn']}", "/rst_npu/ext_reset_in"}
     assert net_of("/npu/interrupt") == {"/npu/interrupt", f"/ps/{exp['irq']}"}
     intf = set(fake.intf_nets)
     assert {(f"/ps/{exp['gp']}", "/smc_regs/S00_AXI"), ("/smc_regs/M00_AXI", "/npu/s_axi"),
-            ("/npu/m_axi", "/smc_mem/S00_AXI"), ("/smc_mem/M00_AXI", f"/ps/{exp['hp']}")} == intf
+            *((f"/npu/m_axi{i}", f"/smc_mem{i}/S00_AXI") for i in range(4)),
+            *((f"/smc_mem{i}/M00_AXI", f"/ps/{hp}") for i, hp in enumerate(exp["hp"]))} == intf
     npu_pins = {p for n in fake.nets for p in n if p.startswith("/npu/")}
     npu_pins |= {p for pair in fake.intf_nets for p in pair if p.startswith("/npu/")}
     assert npu_pins == {f"/npu/{i}" for i in fake.npu_core["interfaces"]}
     # the address map: the register window of hw/regmap's size, DDR for the NPU's master
     reg = [a for a in fake.addresses if a["segment"] == "/npu/s_axi/reg0"]
     assert len(reg) == 1 and int(reg[0]["-range"], 0) == WINDOW_BYTES and reg[0]["-target_address_space"] == "/ps/Data"
-    ddr = [a for a in fake.addresses if a["-target_address_space"] == "/npu/m_axi"]
-    assert [a["segment"] for a in ddr] == [f"/{exp['ddr']}"]
+    for m, seg in zip(MASTERS, exp["ddr"]):     # each master reaches DDR through its own HP port
+        ddr = [a for a in fake.addresses if a["-target_address_space"] == f"/npu/{m}"]
+        assert [a["segment"] for a in ddr] == [f"/{seg}"]
     # runs, bitstream, hwh with the same basename, and the driver accepts that hwh for this bundle
     assert [c[0] for c in fake.called("launch_runs")] == ["synth_1", "impl_1"]
     assert (out / "npu.bit").read_bytes() == b"fake bitstream of fluidnpu_bd_wrapper"
@@ -683,8 +701,9 @@ def test_user_board_numbers_follow_the_bundle(tmp_path, base, family, part, hp_w
     assert "board_part" not in fake.projects[1]["props"] and not fake.called("get_board_parts")
     assert fake.automation[0]["apply_board_preset"] == "0"
     assert float(fake.props["/ps"][ps.clock_key]) == clock
-    assert int(fake.props["/ps"][ps.hp_width_key]) == hp_width
-    assert fake.npu_core["interfaces"]["m_axi"]["DATA_WIDTH"] == str(hp_width)
+    for i in range(4):
+        assert int(fake.props["/ps"][ps.hp(i, "hp_width_key")]) == hp_width
+        assert fake.npu_core["interfaces"][f"m_axi{i}"]["DATA_WIDTH"] == str(hp_width)
     assert int(fake.props["user_parameters:DESIGN_HASH"]["value"], 0) == design_hash(bundle)
     from fluidnpu.host_driver.pynq_device import check_hwh
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluidnpu.dse.perf_model import EngineTiming, layer_cycles, mode_dims
+from fluidnpu.dse.perf_model import Bus, EngineTiming, layer_cycles, mode_dims
 from fluidnpu.dse.tiling import layer_schedule, run_schedule, schedule_cycles
 
 FAST = 1e9      # bytes/cycle: one port so wide that every DMA command is a single beat
@@ -46,16 +46,22 @@ def test_memory_bound_fc_by_hand():
     assert layer_cycles(64, 10, 10, 1, 1000, 10, 1, 4, 4, 0, 2.0, HAND) == 14307
 
 
-def test_p_batching_packs_small_c_into_idle_pes():
+def test_p_batching_packs_small_c_into_idle_pes_but_the_fetcher_issues_one_command_a_cycle():
     # C=2 on 8 PE columns: R-batching leaves 6 PEs idle, P-batching runs 4 samples side by
-    # side -- if the DMA can feed 4 input rows a cycle (eight 64-bit ports here).
-    r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, 64.0, port_bytes=8.0)
-    p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, 64.0, port_bytes=8.0)
-    assert p_batch < r_batch / 2
-    # One port issues one command a cycle: then packing gains nothing in the steady state,
-    # only the last step's compute (200 rows instead of 800) after its data.
-    one_port = [layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, br, 0, FAST) for br in (1, 4)]
-    assert one_port[0] >= one_port[1] - 620
+    # side. Eight 64-bit ports could move 4 input rows a cycle, but the control unit issues
+    # one DMA command a cycle (Bus.stream): packing gains nothing in the steady state, only the
+    # last step's compute (200 rows instead of 800) after its data -- as on one port.
+    for bus in ({"bytes_per_cycle": 64.0, "port_bytes": 8.0}, {"bytes_per_cycle": FAST}):
+        r_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 4, 0, bus["bytes_per_cycle"],
+                               port_bytes=bus.get("port_bytes"))
+        p_batch = layer_cycles(1024, 4, 8, 200, 16, 2, 1, 4, 1, 0, bus["bytes_per_cycle"],
+                               port_bytes=bus.get("port_bytes"))
+        assert r_batch - 620 <= p_batch <= r_batch
+    eight = Bus.of_ports(8, PORT64)
+    assert eight.stream(beats=8, commands=8) == 8       # eight one-beat commands: the command rate binds
+    assert eight.stream(beats=64, commands=2) == 8      # two 32-beat commands: the ports bind
+    one = Bus.of_ports(1, PORT64)                          # one port: a command is >= 1 beat, beats bind
+    assert one.cycles(17, 3, 1) == one.beats(17, 3, 1) == (17 + 3 * 3) / 4
 
 
 def test_stacking_k2_helps_small_c_at_batch_one():
@@ -190,13 +196,13 @@ def test_exact_input_reads_from_the_geometry():
     # FC, 455 words in 6-word steps from an aligned sample: runs start at 0 or 2 words of a
     # 4-word beat, 2 beats each, 76 steps (the last of 5 words, at offset 2: 2 beats)
     fc = LayerDescriptor(layer=0, in_h=1, in_w=1, cin=455, out_h=1, out_w=1, cout=4)
-    assert im2col_row_reads(fc, 6, bus) == 152
+    assert im2col_row_reads(fc, 6, bus)[0] == 152
     # 1x1 conv, no padding, 4-channel pixels on a 4-word beat: one beat a row per step
     conv = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=8, out_h=4, out_w=4, cout=4)
-    assert im2col_row_reads(conv, 4, bus) == 2
+    assert im2col_row_reads(conv, 4, bus)[0] == 2
     # 3x3, pad 1: a run in the padding is one zero-fill response
     pad = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=4, out_h=4, out_w=4, cout=4, kh=3, kw=3, ph=1, pw=1)
-    assert im2col_row_reads(pad, 4, bus) == 9
+    assert im2col_row_reads(pad, 4, bus)[0] == 9
     exact = layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9, geometry=pad)
     assert exact == layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9)
 
@@ -215,3 +221,20 @@ def test_every_packed_group_reads_its_own_weights():
     # word -6, i.e. offset 2 in a beat: (2 + 12) / 4 -> 4 beats
     assert float(two.weights - one.weights) == pytest.approx(both - rows + 4)
     assert float(costs.tile(3, 3).weights) > float(two.weights)
+
+
+def test_port_skew_prices_a_short_step_on_several_ports():
+    """An FC step (k = 1/2 on <64,4,16>: TPk = 2 weight rows of 14 words, 2 packed groups of one
+    input run) on four 64-bit ports, as the RTL runs it (docs/rtl-agreement.md): the weight rows
+    take 4 beats on their ports, the runs 1, responses leave in order, so the last response
+    comes 3 cycles after the 4-command stream; on one port the beats already run one by one."""
+    from fluidnpu.dse.perf_model import layer_costs
+
+    four = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(4, PORT64), EngineTiming(), R=1)
+    tile = four.tile(np.int64(14))
+    assert float(tile.row_beats) == 4 and float(four.in_runs) == 36 == float(four.in_beats)
+    assert float(four.port_skew(1, tile, 2)) == 3.0
+    one = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(1, PORT64), EngineTiming(), R=1)
+    assert float(one.port_skew(1, one.tile(np.int64(14)), 2)) == 0.0
+    # a long step (128 rows) is not delayed beyond its command stream in the steady state
+    assert float(four.port_skew(128, tile, 1)) == 3.0     # against 128 cycles of compute

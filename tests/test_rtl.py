@@ -7,6 +7,7 @@ injects it in place of fluidnpu.hw.npu.
 
 from __future__ import annotations
 
+from dataclasses import replace
 import json
 from pathlib import Path
 import shutil
@@ -38,18 +39,21 @@ PARAMS = NpuParams(TR=8, TP=4, TC=3, bmax=4, layers=3, axi_dw=64, design_hash=0x
 
 
 class StandInTop(wiring.Component):
-    """s_axi + m_axi + irq like the real NPU: each START reads one beat at DESC_BASE, then DONE."""
+    """s_axi + m_axi0.. + irq like the real NPU: each START reads one beat at DESC_BASE over m_axi0, then DONE."""
 
     def __init__(self, params: NpuParams) -> None:
         self.params = params
-        super().__init__({"s_axi": Out(axi_lite_signature().flip()),
-                          "m_axi": Out(axi4_signature(data_width=params.axi_dw)), "irq": Out(1)})
+        super().__init__({"s_axi": Out(axi_lite_signature().flip()), "irq": Out(1),
+                          **{f"m_axi{i}": Out(axi4_signature(data_width=params.axi_dw))
+                             for i in range(params.axi_ports)}})
 
     def elaborate(self, platform) -> Module:
         m = Module()
         m.submodules.regs = regs = NpuRegisters(self.params)
         wiring.connect(m, wiring.flipped(self.s_axi), regs.s_axi)
-        ax = self.m_axi
+        for i in range(1, self.params.axi_ports):     # the other ports stay quiet
+            m.d.comb += getattr(self, f"m_axi{i}").rready.eq(1)
+        ax = self.m_axi0
         m.d.comb += [self.irq.eq(regs.irq), ax.araddr.eq(regs.desc_base), ax.arsize.eq(3),
                      ax.arburst.eq(1), ax.rready.eq(1)]
         with m.FSM():
@@ -89,23 +93,28 @@ def _lint(outdir: Path) -> None:
         pytest.skip("neither verilator nor yosys is installed")
 
 
-def test_wrapper_ports_attributes_and_lint(tmp_path):
-    top = StandInTop(PARAMS)
+@pytest.mark.parametrize("ports", [1, 4])
+def test_wrapper_ports_attributes_and_lint(tmp_path, ports):
+    top = StandInTop(replace(PARAMS, axi_ports=ports))
     (tmp_path / "fluidnpu_npu.v").write_text(verilog.convert(top, name="fluidnpu_npu", emit_src=False))
     text = vivado_wrapper(top, "fluidnpu_npu", clock_hz=200_000_000)
     (tmp_path / "fluidnpu_top.v").write_text(text)
-    for name in ("s_axi_awaddr", "s_axi_rdata", "m_axi_arvalid", "m_axi_wlast", "m_axi_rid", "aclk"):
+    last = f"m_axi{ports - 1}"
+    for name in ("s_axi_awaddr", "s_axi_rdata", "m_axi0_arvalid", "m_axi0_wlast", f"{last}_rid", "aclk"):
         assert f" {name}," in text or f" {name}\n" in text, name
-    assert "input  wire [31:0] s_axi_awaddr," in text and "output wire [63:0] m_axi_wdata," in text
+    assert "input  wire [31:0] s_axi_awaddr," in text and f"output wire [63:0] {last}_wdata," in text
     assert "output wire interrupt" in text and "input  wire aresetn," in text
     assert '"xilinx.com:interface:aximm:1.0 s_axi AWADDR"' in text
-    assert '"xilinx.com:interface:aximm:1.0 m_axi ARLEN"' in text
-    assert "PROTOCOL AXI4LITE, DATA_WIDTH 32" in text and "PROTOCOL AXI4, DATA_WIDTH 64" in text
+    for i in range(ports):
+        assert f'"xilinx.com:interface:aximm:1.0 m_axi{i} ARLEN"' in text
+        assert f"XIL_INTERFACENAME m_axi{i}, PROTOCOL AXI4, DATA_WIDTH 64" in text
+    assert "PROTOCOL AXI4LITE, DATA_WIDTH 32" in text and text.count("PROTOCOL AXI4,") == ports
     assert "ID_WIDTH 1" in text and "MAX_BURST_LENGTH 256" in text and "HAS_QOS 0" in text
-    assert "ASSOCIATED_BUSIF s_axi:m_axi, ASSOCIATED_RESET aresetn, FREQ_HZ 200000000" in text
+    busifs = ":".join(["s_axi", *(f"m_axi{i}" for i in range(ports))])
+    assert f"ASSOCIATED_BUSIF {busifs}, ASSOCIATED_RESET aresetn, FREQ_HZ 200000000" in text
     assert "POLARITY ACTIVE_LOW" in text and "SENSITIVITY LEVEL_HIGH" in text
     assert "wire rst = ~aresetn;" in text and ".rst(rst)" in text and ".clk(aclk)" in text
-    assert ".irq(interrupt)" in text and ".m_axi__awaddr(m_axi_awaddr)" in text
+    assert ".irq(interrupt)" in text and f".{last}__awaddr({last}_awaddr)" in text
     # every port of the inner module is connected exactly once
     for p in top_ports(top):
         assert text.count(f".{p.inner_name}(") == 1
@@ -115,12 +124,12 @@ def test_wrapper_ports_attributes_and_lint(tmp_path):
 def test_wrapper_refuses_a_top_without_the_npu_interfaces():
     regs = NpuRegisters(PARAMS)
     regs._MustUse__silence = True  # never elaborated on purpose
-    with pytest.raises(ValueError, match="s_axi, m_axi and irq"):
+    with pytest.raises(ValueError, match=r"s_axi, m_axi0 \(.. m_axi<N-1>\) and irq"):
         vivado_wrapper(regs, "x")
 
     class Backwards(wiring.Component):
         def __init__(self):
-            super().__init__({"s_axi": Out(axi_lite_signature()), "m_axi": Out(axi4_signature()), "irq": Out(1)})
+            super().__init__({"s_axi": Out(axi_lite_signature()), "m_axi0": Out(axi4_signature()), "irq": Out(1)})
 
         def elaborate(self, platform):
             return Module()
@@ -205,7 +214,7 @@ def test_stand_in_top_reads_desc_base_per_start(tmp_path):
     seen = []
 
     async def memory(ctx):
-        ax = top.m_axi
+        ax = top.m_axi0
         while True:
             _, _, arv, addr = await ctx.tick().sample(ax.arvalid, ax.araddr)
             ctx.set(ax.arready, 0)

@@ -45,7 +45,7 @@ def test_generated_project_passes(project):
     assert check_files(out / "rtl", params) == []
     top_v, _, _ = _read(out)
     ports = module_ports(parse_module(top_v, "fluidnpu_top"))
-    assert ports["m_axi_wdata"].width == params.axi_dw and ports["s_axi_rdata"].width == 32
+    assert all(ports[f"m_axi{i}_wdata"].width == params.axi_dw for i in range(params.axi_ports)) and ports["s_axi_rdata"].width == 32
     assert ports["interrupt"].direction == "out" and ports["aresetn"].direction == "in"
     assert 1 << ports["s_axi_awaddr"].width >= WINDOW_BYTES
 
@@ -75,7 +75,7 @@ def test_tcl_disagreement_is_caught(project):
                                                           "set fluidnpu_m_axi_addr_width 40")
     assert any("fluidnpu_m_axi_addr_width 40" in p for p in check_rtl(top_v, npu_v, params, tcl=tcl))
     wrong_width = NpuParams(params.TR, params.TP, params.TC, params.bmax, params.layers, axi_dw=128)
-    assert any("m_axi_wdata is 64 bits, expected 128" in p for p in check_rtl(top_v, npu_v, wrong_width))
+    assert any("m_axi0_wdata is 64 bits, expected 128" in p for p in check_rtl(top_v, npu_v, wrong_width))
 
 
 def test_unparsable_verilog_is_one_line(project):
