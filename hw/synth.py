@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.timing import TimingReport, analyse_netlist
 
 FAMILIES = ("xc7", "xcup")
 
@@ -113,6 +114,7 @@ class SynthReport:
     seconds: float                         # wall-clock time of the Yosys run
     yosys: str                             # version line
     log_path: str
+    timing: TimingReport | None = None     # the longest register-to-register path (synthesize(timing=True))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -141,24 +143,29 @@ def _to_verilog(design: Any, top_name: str) -> str:
     return verilog.convert(design, name=top_name, emit_src=False)
 
 
-def _script(top_name: str, family: str, flatten: bool, uram: bool) -> str:
+def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False) -> str:
     opts = f"-family {family} -noiopad -top {top_name}" + (" -flatten" if flatten else "") + (" -uram" if uram else "")
     prims = " ".join(f"t:{t}" for t in _LIST_TYPES)
     return "\n".join([
         "read_verilog design.v", f"synth_xilinx {opts}", "tee -q -o stats.json stat -json",
         # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution
         f"select {prims}", "write_json -selected prims.json", "select -clear",
+        # the mapped netlist, flattened after counting (no re-optimisation), for hw/timing.py
+        *(["flatten -noscopeinfo", f"select ={top_name}", "write_json -selected netlist.json", "select -clear"]
+          if timing else []),
     ]) + "\n"
 
 
 def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | Path = "build/synth", *,
                flatten: bool = False, uram: bool | None = None, yosys: str | None = None,
-               timeout: float | None = None) -> SynthReport:
+               timeout: float | None = None, timing: bool = False) -> SynthReport:
     """Synthesize `design` (an Amaranth component, Verilog text, or a Path to a .v file) with
     Yosys `synth_xilinx` for `family` ("xc7" = 7-series, "xcup" = UltraScale+) and count it.
 
     `uram` (default: on for xcup) lets Yosys infer URAM288 for large memories. Files
     (design.v, synth.ys, synth.log, stats.json) stay in `workdir` for inspection.
+    `timing` also writes the flattened netlist (netlist.json) and reports its longest
+    register-to-register path in LUT levels and carry cells (hw/timing.py) as `.timing`.
     Raises FluidError, one line with the log path, if Yosys fails.
     """
     if family not in FAMILIES:
@@ -168,11 +175,11 @@ def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | P
         raise FluidError("URAM inference needs family='xcup'")
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    for old in ("stats.json", "prims.json"):
+    for old in ("stats.json", "prims.json", "netlist.json"):
         (wd / old).unlink(missing_ok=True)
     verilog_text = _to_verilog(design, top_name)
     (wd / "design.v").write_text(verilog_text)
-    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram))
+    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram, timing))
     exe = find_yosys(yosys)
     log = wd / "synth.log"
     t0 = time.perf_counter()
@@ -318,4 +325,5 @@ def parse_results(wd: Path, top_name: str, family: str, verilog_text: str, secon
         cells={t: n for t, n in sorted(totals[top_name].items())},
         modules={name: Counts.from_cells(c) for name, c in totals.items()},
         memories=dict(sorted(memories.items())), dsp_sources=dsp_sources, seconds=seconds,
-        yosys=version.strip(), log_path=str(wd / "synth.log"))
+        yosys=version.strip(), log_path=str(wd / "synth.log"),
+        timing=analyse_netlist(wd / "netlist.json", top_name) if (wd / "netlist.json").exists() else None)
