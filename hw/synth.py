@@ -143,11 +143,25 @@ def _to_verilog(design: Any, top_name: str) -> str:
     return verilog.convert(design, name=top_name, emit_src=False)
 
 
+# synth_xilinx's `map_luts` step with the classic depth-oriented ABC LUT mapper (`abc -luts`: the
+# fewest LUT levels, then area recovery that keeps them) in place of ABC9. ABC9 maps for its own
+# delay model, in which small LUTs are faster than a LUT6 and wires are cheap, then recovers area
+# up to the module's slowest path: its LUT counts say how much slack it used, not how deep the
+# logic must be (a 216-input XOR: 5-6 levels with ABC9, 3 with `abc`). Level counts, as the timing
+# proxy uses them, are what `abc` minimises. The rest is synth_xilinx's own script.
+_DELAY_MAP_LUTS = ["opt_expr -mux_undef -noclkinv", "abc -luts 2:2,3,6:5,10,20", "clean",
+                   "xilinx_srl -fixed -minlen 3",
+                   "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6",
+                   "xilinx_dffopt", "opt_lut_ins -tech xilinx"]
+
+
 def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False) -> str:
     opts = f"-family {family} -noiopad -top {top_name}" + (" -flatten" if flatten else "") + (" -uram" if uram else "")
     prims = " ".join(f"t:{t}" for t in _LIST_TYPES)
+    synth = ([f"synth_xilinx {opts} -run :map_luts", *_DELAY_MAP_LUTS, f"synth_xilinx {opts} -run finalize:"]
+             if timing else [f"synth_xilinx {opts}"])
     return "\n".join([
-        "read_verilog design.v", f"synth_xilinx {opts}", "tee -q -o stats.json stat -json",
+        "read_verilog design.v", *synth, "tee -q -o stats.json stat -json",
         # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution
         f"select {prims}", "write_json -selected prims.json", "select -clear",
         # the mapped netlist, flattened after counting (no re-optimisation), for hw/timing.py
@@ -164,8 +178,10 @@ def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | P
 
     `uram` (default: on for xcup) lets Yosys infer URAM288 for large memories. Files
     (design.v, synth.ys, synth.log, stats.json) stay in `workdir` for inspection.
-    `timing` also writes the flattened netlist (netlist.json) and reports its longest
-    register-to-register path in LUT levels and carry cells (hw/timing.py) as `.timing`.
+    `timing` maps the LUTs for the fewest levels (classic `abc` in place of ABC9; the counts
+    differ a little from the default flow's), writes the flattened netlist (netlist.json) and
+    reports its longest register-to-register path in LUT levels and carry cells (hw/timing.py)
+    as `.timing`.
     Raises FluidError, one line with the log path, if Yosys fails.
     """
     if family not in FAMILIES:

@@ -89,6 +89,9 @@ class TimingReport:
     endpoints: int
     unregistered_dsps: list[str] = field(default_factory=list)
     by_scope: dict[str, TimingPath] = field(default_factory=dict)   # longest path ending in each submodule
+    # per end-point group (the end register's name with its numbers as '#': "core.wrep#[#]"), the
+    # longest path into it: [LUT levels, carry, muxf, start net]; says how deep each structure is
+    groups: dict[str, list] = field(default_factory=dict)
 
     @property
     def lut_levels(self) -> int:
@@ -104,7 +107,7 @@ class TimingReport:
                               [PathStep(**s) for s in p["steps"]])
         return cls(path(d["critical"]), path(d["carry_path"]), d["comb_cells"], d["endpoints"],
                    list(d.get("unregistered_dsps", [])),
-                   {k: path(v) for k, v in d.get("by_scope", {}).items()})
+                   {k: path(v) for k, v in d.get("by_scope", {}).items()}, dict(d.get("groups", {})))
 
 
 def _unescape(name: str) -> str:
@@ -284,8 +287,10 @@ class _Netlist:
         """The top-level submodule a cell belongs to after `flatten` ("core", "seq", ...; "top")."""
         if cell < 0:
             return "top"
-        head, sep, _ = self.cells[cell][1].partition(".")
-        return head if sep and not head.startswith("$") else "top"
+        name = self.cells[cell][1]
+        name = name[len("$flatten\\"):] if name.startswith("$flatten\\") else name
+        head, sep, _ = name.partition(".")
+        return head.lstrip("\\") if sep and not head.startswith("$") else "top"
 
     def path(self, order: tuple[int, int, int], among: list[tuple[int, int]] | None = None) -> TimingPath:
         k, end_bit, end_cell = self.longest(order, among)
@@ -320,8 +325,20 @@ def analyse_netlist(netlist: dict[str, Any] | str | Path, top: str | None = None
     for e in net.ends:
         scopes.setdefault(net.scope(e[1]), []).append(e)
     by_scope = {name: net.path((0, 1, 2), ends) for name, ends in sorted(scopes.items())}
+    deepest: dict[str, tuple[tuple[int, ...], int]] = {}
+    for bit, cell in net.ends:
+        name = re.sub(r"\d+", "#", net.step(bit, cell).net)
+        if name not in deepest or net.arrival[bit] > deepest[name][0]:
+            deepest[name] = (net.arrival[bit], bit)
+    groups = {}
+    for name, (k, bit) in sorted(deepest.items()):
+        first = bit
+        while net.pred.get(first) is not None:
+            first = net.pred[first]
+        groups[name] = [*k, net.names.get(first, f"bit{first}")]
     return TimingReport(critical=critical, carry_path=carry, comb_cells=len({c for c, _ in net.comb.values()}),
-                        endpoints=len(net.ends), unregistered_dsps=net.unregistered_dsps, by_scope=by_scope)
+                        endpoints=len(net.ends), unregistered_dsps=net.unregistered_dsps, by_scope=by_scope,
+                        groups=groups)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,9 @@
 
 A hand-written flat netlist whose paths are known (LUT chain, a two-CARRY4
 chain, a MUXF7, a LUT RAM read), and one real Yosys run (~10 s) of a small
-Verilog circuit: a 6-input and a 7-input XOR (1 and 2 LUT levels: a LUT6 has
-6 inputs) and a registered 16-bit adder (1 LUT level + 4 CARRY4).
+Verilog circuit: a 6-input and a 13-input XOR (1 and 2 LUT levels: a LUT6 has
+6 inputs, LUT6 + MUXF7/MUXF8 at most 8) and a registered 16-bit adder (1 LUT
+level + 4 CARRY4).
 """
 
 from __future__ import annotations
@@ -109,10 +110,10 @@ def test_unregistered_dsp_is_listed() -> None:
 
 
 XOR_ADD = """
-module top(input clk, input [6:0] x, input [15:0] a, input [15:0] b, output reg o6, output reg o7,
+module top(input clk, input [12:0] x, input [15:0] a, input [15:0] b, output reg o6, output reg o13,
            output reg [15:0] s);
-  reg [6:0] rx; reg [15:0] ra, rb;
-  always @(posedge clk) begin rx <= x; ra <= a; rb <= b; o6 <= ^rx[5:0]; o7 <= ^rx; s <= ra + rb; end
+  reg [12:0] rx; reg [15:0] ra, rb;
+  always @(posedge clk) begin rx <= x; ra <= a; rb <= b; o6 <= ^rx[5:0]; o13 <= ^rx; s <= ra + rb; end
 endmodule
 """
 
@@ -122,17 +123,18 @@ def test_yosys_known_circuit(tmp_path) -> None:
     rep = synthesize(XOR_ADD, "top", workdir=tmp_path, timing=True)
     t = rep.timing
     assert t is not None
-    assert t.critical.lut_levels == 2 and t.critical.end.net == "o7" and t.critical.start.net.startswith("rx[")
+    assert t.critical.lut_levels == 2 and t.critical.end.net == "o13" and t.critical.start.net.startswith("rx[")
     cp = t.carry_path
     assert (cp.carry, cp.lut_levels) == (4, 1)
     assert cp.start.net.startswith(("ra[", "rb[")) and cp.end.net.startswith("s[")
     assert all(s.cell_type in ("LUT2", "CARRY4") for s in cp.steps)
-    # the 6-input XOR alone is one LUT: cut the 7-input one off and look again
+    # the 6-input XOR alone is one LUT: cut the 13-input one off and look again
     import json
     net = json.loads((tmp_path / "netlist.json").read_text())
     mod = net["modules"]["top"]
-    o7_bits = set(mod["netnames"]["o7"]["bits"])
+    o13_bits = set(mod["netnames"]["o13"]["bits"])
     mod["cells"] = {k: c for k, c in mod["cells"].items()
-                    if not (c["type"] == "FDRE" and set(c["connections"]["Q"]) & o7_bits)}
-    mod["ports"] = {k: p for k, p in mod["ports"].items() if k != "o7"}
-    assert analyse_netlist(copy.deepcopy(net), "top").critical.lut_levels == 1
+                    if not (c["type"] == "FDRE" and set(c["connections"]["Q"]) & o13_bits)}
+    mod["ports"] = {k: p for k, p in mod["ports"].items() if k != "o13"}
+    six = analyse_netlist(copy.deepcopy(net), "top").critical
+    assert (six.lut_levels, six.muxf) == (1, 0)
