@@ -61,9 +61,15 @@ STRUCTURES: tuple[Structure, ...] = (
     Structure("accumulate", "core", r"^core\.(new|post)#_#\[", "nothing (32-bit add)", "none needed"),
     Structure("staging_read", "core", r"^core\._#_\[", "nothing (writer handshake -> staging address)",
               "none needed"),
-    Structure("read_command", "dma", r"^dma\.read\.", "bits of an input run (log2 2TP)",
-              "register the read command between the sequencer and the DMA (a one-entry skid buffer: "
-              "+1 cycle of DMA latency, no loss of throughput)"),
+    Structure("read_command", "dma", r"^dma\.read\.(w_data|ar_p|nbeats|len|split|\$)",
+              "bits of an input run (log2 2TP)",
+              "register the read command between the sequencer and the DMA (a two-entry skid buffer: "
+              "+1 cycle of DMA latency, one command per cycle as now)"),
+    Structure("response_ready", "dma",
+              r"^(m_axi__rready|rd_rsp|rd_error|seq\.rtag|dma\.read\.(desc_q|slot|bidx|ar_inflight))",
+              "bits of the core's row counter (log2 TR): step.ready -> loader -> rd_rsp.ready -> R ready",
+              "take the loader's rd_rsp.ready from registers only (accept into a two-entry response buffer "
+              "instead of on the core's step.ready): +1 cycle per step hand-over, hidden by the double buffers"),
     Structure("write_data", "dma", r"^dma\.write\.", "bits of the writer's word offset (log2 2TC(NB+1))",
               "register the write command and data between the sequencer and the DMA (+1 cycle per write, "
               "hidden by the writer's pipelining)"),
@@ -86,6 +92,8 @@ def structure_x(name: str, TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax:
         return zero + lg
     if name in ("read_command", "sequencer"):
         return zero + _bits_for(2 * TP)
+    if name == "response_ready":
+        return zero + _bits_for(TR)
     if name == "write_data":
         return zero + _bits_for(2 * TC * (nb + 1))
     return zero

@@ -202,6 +202,8 @@ def bundle_from_result(result: Any) -> Bundle:
             "utilisation": [g / result.peak_gops for g in result.gops],
         },
     }
+    if getattr(result, "timing_proxy", None) is not None:
+        data["timing_proxy"] = result.timing_proxy.to_dict()
     return Bundle(data)
 
 

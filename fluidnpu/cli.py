@@ -133,6 +133,7 @@ def design_summary(bundle) -> dict[str, Any]:
         "gops": d["performance"]["gops"], "peak_gops": d["performance"]["peak_gops"],
         "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],
         "exits": [{"name": e.name, "position": e.position, "rate": e.rate} for e in bundle.workload.exits],
+        "timing_proxy": d.get("timing_proxy"),
     }
 
 
@@ -153,6 +154,12 @@ def print_summary(bundle) -> None:
     rt.add_row("used", str(res["dsp"]), f"{res['bram36']:g}", f"{res['uram']:g}", str(res["lut"]), str(res["ff"]))
     rt.add_row("of board", *(f"{100 * util.get(k, 0):.1f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     out.print(rt)
+    tp = d.get("timing_proxy")
+    if tp:
+        verdict = "[green]within[/]" if tp["meets_budget"] else "[bold red]over[/]"
+        out.print(f"timing proxy: longest path {tp['lut_levels']} LUT levels ({tp['structure']}), {verdict} the "
+                  f"{tp['budget']}-level budget" + "".join(f"\n  {k} ({tp['levels'][k]} levels): {fix}"
+                                                          for k, fix in tp["fixes"].items()))
     pt = Table(title=f"performance (peak {d['performance']['peak_gops']:.1f} GOp/s)")
     pt.add_column("batch", justify="right")
     pt.add_column("GOp/s", justify="right")

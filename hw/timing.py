@@ -12,7 +12,9 @@ flattened netlist (`write_json`) itself. The proxy (docs/resources.md,
 * **End points**: every data/enable/reset/address input of those cells, the
   write ports (data, write enable) of distributed RAMs and SRLs, and the top
   outputs.
-* **Combinational cells**: LUT1..LUT6 and LUT6_2 count one **LUT level**;
+* **Combinational cells**: LUT1..LUT6 and LUT6_2 count one **LUT level**, and so
+  does an INV unless a LUT drives it (Vivado folds such an inverter into that LUT;
+  Yosys leaves INVs in front of carry chains, e.g. for a subtraction);
   MUXF7/MUXF8/MUXF9 count no LUT level (they sit in the slice behind the LUTs;
   reported as `muxf`); CARRY4/CARRY8 count one **carry cell** each (output bit
   i depends on inputs 0..i and the carry-in, so only real carry paths chain);
@@ -138,6 +140,7 @@ class _Netlist:
         self.cells: list[tuple[str, str, str]] = []   # (type, name, src)
         self.unregistered_dsps: list[str] = []
         self.cell_out: dict[int, int] = {}            # boundary cell -> its first output bit (names it)
+        self._invs: list[tuple[int, list[int], list]] = []
         for port in module.get("ports", {}).values():
             for bit in port["bits"]:
                 if isinstance(bit, int):
@@ -151,6 +154,11 @@ class _Netlist:
             src = "|".join(p for p in cell.get("attributes", {}).get("src", "").split("|") if not p.startswith("/"))
             self.cells.append((typ, _unescape(cname), src))
             self._add_cell(idx, typ, cell)
+        for idx, ins, outs in self._invs:
+            by_lut = len(ins) == 1 and ins[0] in self.comb and self.cells[self.comb[ins[0]][0]][0] in LUTS
+            for b in outs:
+                if isinstance(b, int):
+                    self.comb.setdefault(b, (idx, []))[1].append((ins, NO_WEIGHT if by_lut else (1, 0, 0)))
 
     def _add_cell(self, idx: int, typ: str, cell: dict[str, Any]) -> None:
         conns: dict[str, list] = cell.get("connections", {})
@@ -166,6 +174,10 @@ class _Netlist:
                 if isinstance(b, int):
                     self.comb.setdefault(b, (idx, []))[1].append((in_bits, w))
 
+        if typ == "INV":                                # weighed once every LUT is known
+            self._invs.append((idx, [b for bits in ins.values() for b in bits],
+                               [b for bits in outs.values() for b in bits]))
+            return
         if typ in LUTS or typ in MUXFS:
             w = (1, 0, 0) if typ in LUTS else (0, 0, 1)
             every = [b for bits in ins.values() for b in bits]
@@ -274,12 +286,12 @@ class _Netlist:
         return arrival[end_bit], end_bit, end_cell
 
     def step(self, bit: int, cell: int | None = None) -> PathStep:
-        """The net `bit` and the cell driving it; with `cell`, the end point: the net is then named
-        after the register's output (its D net is usually an anonymous ABC net)."""
+        """The net `bit` and the cell driving it; with `cell`, the end point: a register or DSP is
+        then named after its output (its D net is usually an anonymous ABC net)."""
         if cell is None:
             cell = self.comb[bit][0] if bit in self.comb else self.starts.get(bit, -1)
-        elif cell in self.cell_out:
-            bit = self.cell_out[cell]
+        elif cell in self.cell_out and self.cells[cell][0].startswith(("FD", "LD", "DSP")):
+            bit = self.cell_out[cell]          # memories keep the name of the data/address net they take
         typ, name, src = self.cells[cell] if cell >= 0 else ("port", "top", "")
         return PathStep(self.names.get(bit, f"bit{bit}"), typ, name, src)
 

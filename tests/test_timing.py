@@ -77,6 +77,19 @@ def test_known_paths() -> None:
     assert TimingReport.from_dict(rep.to_dict()) == rep
 
 
+def test_inverter_after_a_lut_is_folded() -> None:
+    """An INV driven by a LUT costs no level (it folds into the LUT); driven by a register it is one."""
+    n = known_netlist()
+    cells = n["modules"]["top"]["cells"]
+    inv = {"type": "INV", "port_directions": {"I": "input", "O": "output"}}
+    cells["lut1"] |= inv | {"connections": {"I": [4], "O": [5]}}      # fed by ff a: a level, as the LUT2 was
+    assert analyse_netlist(n).critical.lut_levels == 4
+    cells["lut2"] |= inv | {"connections": {"I": [5], "O": [6]}}      # fed by an INV: still a level
+    assert analyse_netlist(n).critical.lut_levels == 4
+    cells["lut1"] = known_netlist()["modules"]["top"]["cells"]["lut1"]  # a LUT2 again: the INV after it folds
+    assert analyse_netlist(n).critical.lut_levels == 3
+
+
 def test_carry_bits_only_depend_on_lower_bits() -> None:
     """O[0] of a CARRY4 does not depend on S[3]: a long path into S[3] must not reach O[0]."""
     n = known_netlist()
