@@ -219,6 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     crit_err = [r["model"] - r["lut_levels"] for r in rows]
     console.print(f"model - Yosys per structure: mean {np.mean(errs):+.2f}, max |err| {np.max(np.abs(errs)):.0f} levels; "
                   f"longest path: {', '.join(f'{e:+d}' for e in crit_err)}")
+    loo = []
+    for i, (p, rep) in enumerate(done):
+        rest = done[:i] + done[i + 1:]
+        c_i, _ = fit([q for q, _ in rest], [r for _, r in rest])
+        pred = structure_levels(p.TR, p.TP, p.TC, p.bmax, c_i)
+        got = measured_structures(rep["timing"])
+        loo.append({"design": p.label, "longest": int(max(pred.values())) - rep["timing"]["critical"]["lut_levels"],
+                    "worst_structure": max((abs(int(pred[k]) - v[0]) for k, v in got.items()), default=0)})
+    console.print("leave-one-out, model - Yosys on the longest path: "
+                  + ", ".join(f"{x['design']} {x['longest']:+d}" for x in loo)
+                  + f"; worst structure |err| {max(x['worst_structure'] for x in loo)}")
     console.print(f"fitted TimingCosts(base={costs.base!r},\n            per_level={costs.per_level!r})")
     console.print("DEFAULT_COSTS " + ("equals the fit" if costs == DEFAULT_COSTS else "differs from the fit: paste it"))
     picks = [(7168, 24, 37, 8), (8192, 38, 32, 8), (6144, 16, 50, 8), (4096, 64, 20, 8)]
@@ -233,10 +244,32 @@ def main(argv: list[str] | None = None) -> int:
         w.writerows(rows)
     meta = {"machine": f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip(),
             "python": sys.version.split()[0], "yosys": done[0][1].get("yosys", ""),
-            "fit": {"base": dict(costs.base), "per_level": dict(costs.per_level)}}
+            "fit": {"base": dict(costs.base), "per_level": dict(costs.per_level)}, "leave_one_out": loo}
     (args.out / "timing.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     plot(rows, args.out / "timing.png")
+    (args.out / "timing.md").write_text(markdown(rows, costs, loo, meta))
     return 0
+
+
+def markdown(rows: list[dict[str, Any]], costs: TimingCosts, loo: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The tables of docs/resources.md's "Timing proxy" section."""
+    out = [f"Yosys: {meta['yosys']}; machine: {meta['machine']}", "",
+           "| design | NB | NMAX | LUT levels | carry | longest path (start -> end) | model | leave-one-out | Yosys s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r, lo in zip(rows, loo):
+        out.append(f"| {r['design']} | {r['NB']} | {r['NMAX']} | {r['lut_levels']} | {r['carry']} | "
+                   f"`{r['path']}` | {r['model']} ({r['model_structure']}) | {lo['longest']:+d} | {r['yosys_s']} |")
+    out += ["", "| design | " + " | ".join(s.name for s in STRUCTURES) + " |",
+            "|---|" + "---|" * len(STRUCTURES)]
+    for r in rows:
+        cells = [f"{r[f'{s.name}_levels']} ({r[f'{s.name}_carry']}) / {r[f'{s.name}_model']}"
+                 if r[f"{s.name}_levels"] is not None else "–" for s in STRUCTURES]
+        out.append(f"| {r['design']} | " + " | ".join(cells) + " |")
+    out += ["", "| structure | part | grows with | base | per level |", "|---|---|---|---|---|"]
+    for s in STRUCTURES:
+        b, per = costs.of(s.name)
+        out.append(f"| {s.name} | {s.part} | {s.grows_with} | {b:g} | {per:g} |")
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":

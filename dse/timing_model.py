@@ -105,8 +105,16 @@ class TimingCosts:
     benchmarks/bench_timing.py to Yosys 0.70 `synth_xilinx -family xc7` (depth-mapped, hw/synth.py
     timing=True) of the NPU at its POINTS; docs/resources.md has the table and the residuals."""
 
-    base: tuple[tuple[str, float], ...] = ()
-    per_level: tuple[tuple[str, float], ...] = ()
+    base: tuple[tuple[str, float], ...] = (
+        ("requantise", 11.0), ("replication", 2.77), ("operand", 4.04), ("accumulate", 4.0),
+        ("staging_read", 7.0), ("read_command", 12.25), ("response_ready", 9.21), ("write_data", 9.71),
+        ("sequencer", 10.0), ("registers", 8.0),
+    )
+    per_level: tuple[tuple[str, float], ...] = (
+        ("requantise", 0.0), ("replication", 0.245), ("operand", 0.321), ("accumulate", 0.0),
+        ("staging_read", 0.0), ("read_command", 0.188), ("response_ready", 0.256), ("write_data", 0.216),
+        ("sequencer", 0.0), ("registers", 0.0),
+    )
 
     def of(self, name: str) -> tuple[float, float]:
         return dict(self.base).get(name, 0.0), dict(self.per_level).get(name, 0.0)
