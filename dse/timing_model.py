@@ -74,7 +74,8 @@ STRUCTURES: tuple[Structure, ...] = (
               "register the write command and data between the sequencer and the DMA (+1 cycle per write, "
               "hidden by the writer's pipelining)"),
     Structure("sequencer", "seq", r"^seq\.", "bits of an input run (log2 2TP)",
-              "precompute `run` and `left_in_tap` one cycle ahead in the fetcher"),
+              "keep `left_in_tap` in a register (decremented by `run`) and `kx_delta + ky_delta` as one "
+              "per-layer value, so the fetcher's tap update is one adder after `run`: no extra cycles"),
     Structure("registers", "regs", r"^regs\.", "nothing", "none needed"),
 )
 
