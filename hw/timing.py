@@ -141,6 +141,7 @@ class _Netlist:
         self.unregistered_dsps: list[str] = []
         self.cell_out: dict[int, int] = {}            # boundary cell -> its first output bit (names it)
         self._invs: list[tuple[int, list[int], list]] = []
+        self._walks: dict[tuple[int, int, int], tuple[dict, dict]] = {}
         for port in module.get("ports", {}).values():
             for bit in port["bits"]:
                 if isinstance(bit, int):
@@ -222,25 +223,20 @@ class _Netlist:
                 self.starts[b] = idx
                 self.cell_out.setdefault(idx, b)
 
-    def longest(self, order: tuple[int, int, int],
-                among: list[tuple[int, int]] | None = None) -> tuple[tuple[int, ...], int, int]:
-        """(key, end bit, end cell) of the path maximising the weight components in `order`,
-        over all end points or those in `among`."""
-        if among is not None and getattr(self, "_order", None) == order:
-            end_bit, end_cell = max(among, key=lambda e: self.arrival[e[0]])
-            return self.arrival[end_bit], end_bit, end_cell
+    def walk(self, order: tuple[int, int, int]) -> tuple[dict[int, tuple[int, ...]], dict[int, int | None]]:
+        """Per bit reached from an end point, the longest arrival maximising the weight components
+        in `order` (lexicographically) and the input bit it comes through (None at a start point)."""
+        if order in self._walks:
+            return self._walks[order]
         arrival: dict[int, tuple[int, ...]] = {}
-        self.pred: dict[int, int | None] = {}
-        zero = (0, 0, 0)
+        pred: dict[int, int | None] = {}
 
         def key(w: Weight) -> tuple[int, ...]:
             return tuple(w[i] for i in order)
 
         # iterative depth-first evaluation (netlists are far deeper than Python's recursion limit)
-        state: dict[int, int] = {}          # 1 = on the stack, 2 = done
+        on_stack: set[int] = set()
         for root, _ in self.ends:
-            if root in arrival:
-                continue
             stack = [root]
             while stack:
                 b = stack[-1]
@@ -249,41 +245,44 @@ class _Netlist:
                     continue
                 drv = self.comb.get(b)
                 if drv is None:
-                    arrival[b] = key(zero)
-                    self.pred[b] = None
+                    arrival[b], pred[b] = key(NO_WEIGHT), None
                     stack.pop()
                     continue
-                pending = [i for arcs in drv[1] for i in arcs[0] if i not in arrival]
-                if pending and state.get(b) != 1:
-                    state[b] = 1
-                    for i in pending:
-                        if state.get(i) == 1:
-                            raise FluidError(f"combinational loop through {self.names.get(i, i)}")
-                        stack.append(i)
-                    continue
+                pending = [i for ins, _ in drv[1] for i in ins if i not in arrival]
                 if pending:
-                    raise FluidError(f"combinational loop through {self.names.get(b, b)}")
+                    if b in on_stack or any(i in on_stack for i in pending):
+                        raise FluidError(f"combinational loop through {self.names.get(b, b)}")
+                    on_stack.add(b)
+                    stack.extend(pending)
+                    continue
                 best: tuple[int, ...] | None = None
                 best_in: int | None = None
                 for ins, w in drv[1]:
-                    kw = key(w)
-                    if not ins:
-                        cand = kw
-                        if best is None or cand > best:
-                            best, best_in = cand, None
-                    for i in ins:
-                        cand = tuple(a + c for a, c in zip(arrival[i], kw))
+                    for i in ins or [None]:                # an arc from constants only starts a path
+                        cand = key(w) if i is None else tuple(a + c for a, c in zip(arrival[i], key(w)))
                         if best is None or cand > best:
                             best, best_in = cand, i
-                arrival[b] = best if best is not None else key(zero)
-                self.pred[b] = best_in
-                state[b] = 2
+                arrival[b], pred[b] = best if best is not None else key(NO_WEIGHT), best_in
+                on_stack.discard(b)
                 stack.pop()
+        self._walks[order] = (arrival, pred)
+        return arrival, pred
+
+    def path(self, order: tuple[int, int, int], among: list[tuple[int, int]] | None = None) -> TimingPath:
+        """The path maximising `order` into any end point, or into those in `among`."""
         if not self.ends:
             raise FluidError("the netlist has no end points")
-        self.arrival, self._order = arrival, order
+        arrival, pred = self.walk(order)
         end_bit, end_cell = max(self.ends if among is None else among, key=lambda e: arrival[e[0]])
-        return arrival[end_bit], end_bit, end_cell
+        chain = [end_bit]
+        while pred.get(chain[-1]) is not None:
+            chain.append(pred[chain[-1]])
+        chain.reverse()
+        counts = [0, 0, 0]
+        for i, v in zip(order, arrival[end_bit]):
+            counts[i] = v
+        return TimingPath(counts[0], counts[1], counts[2], start=self.step(chain[0]),
+                          end=self.step(end_bit, end_cell), steps=[self.step(b) for b in chain[1:]])
 
     def step(self, bit: int, cell: int | None = None) -> PathStep:
         """The net `bit` and the cell driving it; with `cell`, the end point: a register or DSP is
@@ -303,18 +302,6 @@ class _Netlist:
         name = name[len("$flatten\\"):] if name.startswith("$flatten\\") else name
         head, sep, _ = name.partition(".")
         return head.lstrip("\\") if sep and not head.startswith("$") else "top"
-
-    def path(self, order: tuple[int, int, int], among: list[tuple[int, int]] | None = None) -> TimingPath:
-        k, end_bit, end_cell = self.longest(order, among)
-        chain = [end_bit]
-        while self.pred.get(chain[-1]) is not None:
-            chain.append(self.pred[chain[-1]])
-        chain.reverse()
-        counts = [0, 0, 0]
-        for i, v in zip(order, k):
-            counts[i] = v
-        return TimingPath(counts[0], counts[1], counts[2], start=self.step(chain[0]),
-                          end=self.step(end_bit, end_cell), steps=[self.step(b) for b in chain[1:]])
 
 
 def analyse_netlist(netlist: dict[str, Any] | str | Path, top: str | None = None) -> TimingReport:
@@ -337,16 +324,17 @@ def analyse_netlist(netlist: dict[str, Any] | str | Path, top: str | None = None
     for e in net.ends:
         scopes.setdefault(net.scope(e[1]), []).append(e)
     by_scope = {name: net.path((0, 1, 2), ends) for name, ends in sorted(scopes.items())}
+    arrival, pred = net.walk((0, 1, 2))
     deepest: dict[str, tuple[tuple[int, ...], int]] = {}
     for bit, cell in net.ends:
         name = re.sub(r"\d+", "#", net.step(bit, cell).net)
-        if name not in deepest or net.arrival[bit] > deepest[name][0]:
-            deepest[name] = (net.arrival[bit], bit)
+        if name not in deepest or arrival[bit] > deepest[name][0]:
+            deepest[name] = (arrival[bit], bit)
     groups = {}
     for name, (k, bit) in sorted(deepest.items()):
         first = bit
-        while net.pred.get(first) is not None:
-            first = net.pred[first]
+        while pred.get(first) is not None:
+            first = pred[first]
         groups[name] = [*k, net.names.get(first, f"bit{first}")]
     return TimingReport(critical=critical, carry_path=carry, comb_cells=len({c for c, _ in net.comb.values()}),
                         endpoints=len(net.ends), unregistered_dsps=net.unregistered_dsps, by_scope=by_scope,
