@@ -26,6 +26,7 @@ from fluidnpu.dse.perf_model import (DEFAULT_TIMING, K_CODES, Bus, EngineTiming,
                                      layer_cycles_bound, layer_inside, layer_parts, layer_setup, mode_costs)
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
                                          over_limits)
+from fluidnpu.dse.timing_model import TimingEstimate, design_timing
 from fluidnpu.hw.regmap import packs_groups
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
@@ -250,6 +251,7 @@ class DSEResult:
     seconds: float
     runners_up: list[dict] = field(default_factory=list)   # other pairs' best scored design
     n_scored: int = 1                # designs the search scored exactly (the rest were bounded)
+    timing_proxy: TimingEstimate | None = None   # longest path in LUT levels (dse/timing_model.py)
 
     def segment_cycles(self) -> list[list[int]]:
         """Nexits x Bmax: cycles of each exit segment (backbone part + exit head) at each b."""
@@ -422,4 +424,5 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0,
+                     timing_proxy=design_timing(TR, TP, TC, options.bmax))

@@ -254,6 +254,8 @@ def bundle_from_result(result: Any) -> Bundle:
             "utilisation": [g / result.peak_gops for g in result.gops],
         },
     }
+    if getattr(result, "timing_proxy", None) is not None:
+        data["timing_proxy"] = result.timing_proxy.to_dict()
     return Bundle(seal(data))
 
 
@@ -271,6 +273,7 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
         "gops": d["performance"]["gops"], "peak_gops": d["performance"]["peak_gops"],
         "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],
         "exits": [{"name": e.name, "position": e.position, "rate": e.rate} for e in bundle.workload.exits],
+        "timing_proxy": d.get("timing_proxy"),
     }
 
 

@@ -121,6 +121,12 @@ def print_summary(bundle) -> None:
     ceil = bundle.board.ceilings
     rt.add_row("ceiling", *(f"{100 * getattr(ceil, k):.0f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     out.print(rt)
+    tp = d.get("timing_proxy")
+    if tp:
+        verdict = "[green]within[/]" if tp["meets_budget"] else "[bold red]over[/]"
+        out.print(f"timing proxy: longest path {tp['lut_levels']} LUT levels ({tp['structure']}), {verdict} the "
+                  f"{tp['budget']}-level budget" + "".join(f"\n  {k} ({tp['levels'][k]} levels): {fix}"
+                                                          for k, fix in tp["fixes"].items()))
     pt = Table(title=f"performance (peak {d['performance']['peak_gops']:.1f} GOp/s)")
     pt.add_column("batch", justify="right")
     pt.add_column("GOp/s", justify="right")

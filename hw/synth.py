@@ -30,6 +30,7 @@ import time
 from typing import Any
 
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.timing import TimingReport, analyse_netlist
 
 FAMILIES = ("xc7", "xcup")
 
@@ -113,6 +114,7 @@ class SynthReport:
     seconds: float                         # wall-clock time of the Yosys run
     yosys: str                             # version line
     log_path: str
+    timing: TimingReport | None = None     # the longest register-to-register path (synthesize(timing=True))
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -141,24 +143,45 @@ def _to_verilog(design: Any, top_name: str) -> str:
     return verilog.convert(design, name=top_name, emit_src=False)
 
 
-def _script(top_name: str, family: str, flatten: bool, uram: bool) -> str:
+# synth_xilinx's `map_luts` step with the classic depth-oriented ABC LUT mapper (`abc -luts`: the
+# fewest LUT levels, then area recovery that keeps them) in place of ABC9. ABC9 maps for its own
+# delay model, in which small LUTs are faster than a LUT6 and wires are cheap, then recovers area
+# up to the module's slowest path: its LUT counts say how much slack it used, not how deep the
+# logic must be (a 216-input XOR: 5-6 levels with ABC9, 3 with `abc`). Level counts, as the timing
+# proxy uses them, are what `abc` minimises. The rest is synth_xilinx's own script.
+_DELAY_MAP_LUTS = ["opt_expr -mux_undef -noclkinv", "abc -luts 2:2,3,6:5,10,20", "clean",
+                   "xilinx_srl -fixed -minlen 3",
+                   "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6",
+                   "xilinx_dffopt", "opt_lut_ins -tech xilinx"]
+
+
+def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False) -> str:
     opts = f"-family {family} -noiopad -top {top_name}" + (" -flatten" if flatten else "") + (" -uram" if uram else "")
     prims = " ".join(f"t:{t}" for t in _LIST_TYPES)
+    synth = ([f"synth_xilinx {opts} -run :map_luts", *_DELAY_MAP_LUTS, f"synth_xilinx {opts} -run finalize:"]
+             if timing else [f"synth_xilinx {opts}"])
     return "\n".join([
-        "read_verilog design.v", f"synth_xilinx {opts}", "tee -q -o stats.json stat -json",
+        "read_verilog design.v", *synth, "tee -q -o stats.json stat -json",
         # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution
         f"select {prims}", "write_json -selected prims.json", "select -clear",
+        # the mapped netlist, flattened after counting (no re-optimisation), for hw/timing.py
+        *(["flatten -noscopeinfo", f"select ={top_name}", "write_json -selected netlist.json", "select -clear"]
+          if timing else []),
     ]) + "\n"
 
 
 def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | Path = "build/synth", *,
                flatten: bool = False, uram: bool | None = None, yosys: str | None = None,
-               timeout: float | None = None) -> SynthReport:
+               timeout: float | None = None, timing: bool = False) -> SynthReport:
     """Synthesize `design` (an Amaranth component, Verilog text, or a Path to a .v file) with
     Yosys `synth_xilinx` for `family` ("xc7" = 7-series, "xcup" = UltraScale+) and count it.
 
     `uram` (default: on for xcup) lets Yosys infer URAM288 for large memories. Files
     (design.v, synth.ys, synth.log, stats.json) stay in `workdir` for inspection.
+    `timing` maps the LUTs for the fewest levels (classic `abc` in place of ABC9; the counts
+    differ a little from the default flow's), writes the flattened netlist (netlist.json) and
+    reports its longest register-to-register path in LUT levels and carry cells (hw/timing.py)
+    as `.timing`.
     Raises FluidError, one line with the log path, if Yosys fails.
     """
     if family not in FAMILIES:
@@ -168,11 +191,11 @@ def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | P
         raise FluidError("URAM inference needs family='xcup'")
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)
-    for old in ("stats.json", "prims.json"):
+    for old in ("stats.json", "prims.json", "netlist.json"):
         (wd / old).unlink(missing_ok=True)
     verilog_text = _to_verilog(design, top_name)
     (wd / "design.v").write_text(verilog_text)
-    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram))
+    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram, timing))
     exe = find_yosys(yosys)
     log = wd / "synth.log"
     t0 = time.perf_counter()
@@ -318,4 +341,5 @@ def parse_results(wd: Path, top_name: str, family: str, verilog_text: str, secon
         cells={t: n for t, n in sorted(totals[top_name].items())},
         modules={name: Counts.from_cells(c) for name, c in totals.items()},
         memories=dict(sorted(memories.items())), dsp_sources=dsp_sources, seconds=seconds,
-        yosys=version.strip(), log_path=str(wd / "synth.log"))
+        yosys=version.strip(), log_path=str(wd / "synth.log"),
+        timing=analyse_netlist(wd / "netlist.json", top_name) if (wd / "netlist.json").exists() else None)

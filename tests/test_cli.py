@@ -39,6 +39,16 @@ def test_dse_json_and_bundle(resnet_bundle):
     assert bundle.design == (d["TR"], d["TP"], d["TC"])
 
 
+def test_dse_reports_the_timing_proxy(resnet_bundle):
+    from fluidnpu.dse.timing_model import design_timing
+
+    path, summary = resnet_bundle
+    d = summary["design"]
+    expect = design_timing(d["TR"], d["TP"], d["TC"], 8).to_dict()
+    assert summary["timing_proxy"] == expect
+    assert load_bundle(path).data["timing_proxy"] == expect
+
+
 def test_show_reads_the_bundle(resnet_bundle):
     path, summary = resnet_bundle
     proc = run("show", str(path), "--json", "--layers")
