@@ -123,15 +123,14 @@ def test_paper_example_new_stretch_split():
     qs = [Query(i, payloads[i]) for i in range(4)]
     row = eng.new(qs[:2])
     assert eng.queues[0].view() == [{"id": row.id, "start": 0, "num": 2}]
-    eng.step()      # executor 1 launches the first 2 queries
-    eng.step()      # ... and observes their completion: pushed to batch queue 2
-    assert row.statusmap[0] == 2
+    eng.step()      # executor 1 launches the first 2 queries and passes them on to batch queue 2 at once
     assert eng.queues[1].view() == [{"id": row.id, "start": 0, "num": 2}]
-    eng.step()      # executor 2 is working on the batch
+    assert row.statusmap[0] == 0   # ... before their completion was observed
+    eng.stretch(row, qs[2:])       # (our stages are enqueued ahead, so the stretch comes one step earlier)
+    eng.step()      # executor 2 launches the batch (its stream waits on executor 1's event); 1's completion seen
+    assert row.statusmap[0] == 2
     assert eng.executors[1].state is ExecState.WORKING
-    eng.stretch(row, qs[2:])
     assert row.bs == 4
-    assert eng.queues[0].view() == [{"id": row.id, "start": 2, "num": 2}]
     eng.split(row, [2, 2], at=3)
     eng.run_until_done()
     check_results(eng, qs, refs)
@@ -150,12 +149,11 @@ def test_buffer_states_and_checking_with_one_buffer_pair():
     eng.new(qs[4:])
     eng.step()
     slot = eng.rings[1].slots[0]
-    assert slot.state is BufState.IN_WRITING    # stage 0 launched on batch 0
-    eng.step()
-    assert slot.state is BufState.INVALID       # written, waiting for stage 1: not writable
-    assert eng.executors[0].state is ExecState.CHECKING   # batch 1 pulled, no legitimate pair
+    # stage 0 enqueued batch 0 and passed the slot on at once (written behind its event): not writable
+    assert slot.state is BufState.INVALID and eng.queues[1].view()[0]["num"] == 2
     eng.step()
     assert slot.state is BufState.IN_READING    # stage 1 reads batch 0
+    assert eng.executors[0].state is ExecState.CHECKING   # batch 1 pulled, no legitimate pair
     assert ExecState.CHECKING in eng.executors[0].transitions
     eng.run_until_done()
     check_results(eng, qs, refs)
