@@ -74,9 +74,9 @@ def ratio_interval(ratios: Iterable[float], level: float = LEVEL) -> tuple[float
 
 def add_point_intervals(row: dict[str, Any], level: float = LEVEL) -> None:
     """`<metric>_ci_lo` / `_ci_hi` on a seed-averaged row, over its per-seed metrics."""
-    for k in POINT_METRICS:
+    for k in POINT_METRICS:   # all non-negative: the interval is cut at 0
         _, lo, hi = t_interval([s[k] for s in row["per_seed"]], level)
-        row[f"{k}_ci_lo"], row[f"{k}_ci_hi"] = lo, hi
+        row[f"{k}_ci_lo"], row[f"{k}_ci_hi"] = max(lo, 0.0) if math.isfinite(lo) else lo, hi
 
 
 def mark_saturation(rows: Sequence[dict[str, Any]], capacity: dict[tuple[str, str, str], float],
@@ -112,6 +112,8 @@ def _figures(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
                            ("baseline_violation_rate", bv, t_interval), ("fluidb_violation_rate", fv, t_interval),
                            ("violation_gap_pp", gap, t_interval)):
         m, lo, hi = fn(vals)
+        if name.endswith("_rate") and math.isfinite(lo):
+            lo = max(lo, 0.0)     # a rate's interval is cut at 0
         out[name], out[f"{name}_ci"] = m, [lo, hi]
     b, f = out["baseline_violation_rate"], out["fluidb_violation_rate"]
     out["violation_reduction"] = b / f if f > 0 else float("inf")

@@ -92,11 +92,11 @@ def plot_sweep(rows: Sequence[dict[str, Any]], panel: Any, path: Path, title: st
         ax.grid(alpha=0.3)
     h, lab = axes.flat[1].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=6, fontsize=9)
-    fig.text(0.99, 0.005, f"error bars: {100 * LEVEL:g} % t intervals over seeds; grey rings: saturated (rate > "
-             f"{RHO_MAX:g} x the policy's measured capacity), left out of the headline", ha="right", fontsize=7,
-             color="grey")
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    fig.text(0.5, 0.935, f"error bars: {100 * LEVEL:g} % t intervals over seeds; grey rings: saturated (rate > "
+             f"{RHO_MAX:g} x the policy's measured capacity), left out of the headline", ha="center", fontsize=8,
+             color="dimgrey")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
