@@ -200,12 +200,15 @@ def bert_usages(batch: int, seq_len: int, hidden: int = 768, heads: int = 12, la
 def compare_allocators(lengths: Sequence[int], batch: int = 1, max_idle: int = 0,
                        **bert) -> dict[str, dict[str, float]]:
     """Algorithm 1 against the caching allocator over a stream of BERT inferences (one per length):
-    peak device memory reserved, device allocations, and fragmentation (1 - the inference's live peak /
-    memory reserved while it ran, averaged over the stream)."""
+    peak device memory reserved, device allocations, reuse (the share of tensors served without a
+    device allocation), and fragmentation (1 - the inference's live peak / memory reserved while it
+    ran, averaged over the stream)."""
     alg, cache = SequenceLengthAwareAllocator(max_idle=max_idle), CachingAllocator()
     frag = {"alg1": [], "caching": []}
+    tensors = 0
     for n in lengths:
         us = bert_usages(batch, int(n), **bert)
+        tensors += len(us)
         need = live_peak(us)
         alg.allocate(us)
         frag["alg1"].append(1.0 - need / max(alg.peak_after_last, 1))
@@ -214,5 +217,6 @@ def compare_allocators(lengths: Sequence[int], batch: int = 1, max_idle: int = 0
     out = {}
     for name, a in (("alg1", alg), ("caching", cache)):
         out[name] = {"peak_reserved_mib": a.peak_reserved / 2 ** 20, "device_allocs": a.device_allocs,
+                     "reuse": 1.0 - a.device_allocs / tensors if tensors else 0.0,
                      "fragmentation_mean": float(sum(frag[name]) / len(frag[name])) if len(frag[name]) else 0.0}
     return out
