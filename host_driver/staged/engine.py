@@ -10,10 +10,17 @@ completion event is observed with a non-blocking `event.query()`).
 One host thread drives all executors cooperatively (`step`): on CUDA a stage
 is launched asynchronously on its executor's stream, so stages of different
 batches run concurrently on the GPU while the host only enqueues and polls;
-the host never calls a device-wide synchronize. A batch moves to the next
-batch queue when its stage completed, so the batch table always tells where
-every query is (which is what stretch needs). On CPU the streams and events
-are no-ops and every stage runs synchronously inside `step`.
+the host never calls a device-wide synchronize. A stage whose result the host
+does not need (no exit head, not the last stage) passes its batch to the next
+batch queue at launch, and the next stage's stream waits on its event on the
+device: dependent stages are enqueued back to back, the host off the critical
+path (DVABatch). The batch table still tells where every query is (its
+position advances at launch), which is what stretch needs. Exit confidences
+and final outputs come back through non-blocking copies into pinned memory,
+read once the stage's event completed. `serial=True` launches nothing while a
+stage execution is in flight (strictly serial). On CPU the streams and events
+are no-ops and every stage runs synchronously inside `step`; a fake device in
+the tests makes the events asynchronous.
 
 Meta-operations:
 * new(queries): a batch-table row and an item in batch queue 0.
