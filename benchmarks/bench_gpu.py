@@ -282,8 +282,8 @@ def main(argv=None) -> int:
                     a, c = r["alg1"], r["caching"]
                     log(f"[allocator] {dist} batch {batch} idle {idle}: alg1 {a['peak_reserved_mib']:.1f} MiB, "
                         f"{a['device_allocs']} allocs (reuse {100 * a['reuse']:.1f} %), frag "
-                        f"{a['fragmentation_mean']:.2f}; caching {c['peak_reserved_mib']:.1f} MiB, {c['device_allocs']} "
-                        f"allocs (reuse {100 * c['reuse']:.1f} %), frag {c['fragmentation_mean']:.2f}")
+                        f"{a['fragmentation_mean']:.2f}; caching {c['peak_reserved_mib']:.1f} MiB, "
+                        f"{c['device_allocs']} allocs (reuse {100 * c['reuse']:.1f} %), frag {c['fragmentation_mean']:.2f}")
         report["allocator"] = rows
         _csv(out / "allocator.csv", rows)
 

@@ -305,12 +305,12 @@ def table1_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     table = []
     for (m, b, rate, slo), paper in PAPER_TABLE1.items():
         lz, fl = by[(m, b, "lazybatching")], by[(m, b, "fluidb")]
+        paired = zip(lz.get("per_seed", []), fl.get("per_seed", []))
         extra: dict[str, Any] = {"ours_ci": {k: [x.get("mean_latency_ms_ci_lo"), x.get("mean_latency_ms_ci_hi"),
                                                  x.get("slo_violation_rate_ci_lo"), x.get("slo_violation_rate_ci_hi")]
                                              for k, x in (("lazybatching", lz), ("fluidb", fl))},
                                  "ours_latency_ratio_ci": list(ratio_interval(
-            [x["mean_latency_ms"] / y["mean_latency_ms"] for x, y in zip(lz.get("per_seed", []), fl.get("per_seed", []))]
-        )[1:])}
+                                     [x["mean_latency_ms"] / y["mean_latency_ms"] for x, y in paired])[1:])}
         if (m, b) in same:
             sl = same[(m, b)]
             extra["same_hardware"] = {"lazybatching": [sl["mean_latency_ms"], sl["slo_violation_rate"]],

@@ -190,7 +190,8 @@ def plot_figure(name: str, panels: Sequence[Any], rows: Sequence[dict[str, Any]]
     if name in ("fig4", "fig5"):
         for p in panels:
             stem = name if len(panels) == 1 else f"{name}_{p.key}"
-            title = f"{'Fig. 4' if name == 'fig4' else 'Fig. 5'}: 4-exit {p.model} on {p.board}, p99 SLO {p.slos_ms[0]:g} ms"
+            title = (f"{'Fig. 4' if name == 'fig4' else 'Fig. 5'}: 4-exit {p.model} on {p.board}, "
+                     f"p99 SLO {p.slos_ms[0]:g} ms")
             plot_sweep(_on(rows, "own"), p, out_dir / f"{stem}.png", title + ", each policy on its own DSE'd design")
             files.append(f"{stem}.png")
             if p.control:

@@ -87,7 +87,7 @@ def headline_markdown(h: dict[str, Any]) -> str:
 def table1_markdown(t: dict[str, Any]) -> str:
     """Table I with intervals and the same-hardware control column."""
     lines = ["| model | board | rate | SLO | LazyBatching own design | LazyBatching on FluidB's design | FluidB | "
-             "latency ratio, own [95 % CI] | latency ratio, FluidB's design | paper |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "latency ratio, own [95 % CI] | latency ratio, FluidB's design | paper |", "|---" * 10 + "|"]
     for r in t["rows"]:
         o, s = r["ours"], r.get("same_hardware")
         lines.append(f"| {r['model']} | {r['board']} | {r['rate']:g}/s | {r['slo_ms']:g} ms | "

@@ -311,3 +311,24 @@ def test_bad_bundles_and_figures_are_one_line_and_exit_2(tiny_bundle_path, tmp_p
         assert proc.returncode == 2, (args, proc.stderr)
         assert word in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_results_md_generated_blocks_are_filled_from_the_json(tmp_path):
+    from fluidnpu.scheduler_fw.experiments import _json_safe
+    from fluidnpu.scheduler_fw.results_doc import splice, update_results_md
+
+    rows = [_seeded("p", "fluidb", 1.0, [10, 12]), _seeded("p", "serial", 1.0, [20, 30]),
+            _seeded("p", "serial", 1.0, [10, 12], hardware="fluidb")]
+    head = {**sweep_summary(rows), "rho_max": RHO_MAX, "seeds": 2}
+    (tmp_path / "headline.json").write_text(json.dumps(_json_safe(head)))
+    md = tmp_path / "results.md"
+    md.write_text("prose before\n<!-- generated:headline -->\nstale 9.99x\n<!-- /generated:headline -->\nprose after\n")
+    assert update_results_md(md, tmp_path) == ["headline"]
+    text = md.read_text()
+    assert "stale" not in text and text.startswith("prose before\n") and text.endswith("prose after\n")
+    gain = head["mean_latency_gain"]
+    assert f"**{gain:.2f}×**" in text and "| SERIAL |" in text and "FluidB's design" in text
+    update_results_md(md, tmp_path)
+    assert md.read_text() == text                      # idempotent
+    with pytest.raises(FluidError, match="markers"):
+        splice("no markers here", "headline", "x")

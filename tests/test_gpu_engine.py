@@ -319,7 +319,8 @@ class FakeDevice:
             self.log.append(("complete", e.stream, e.id))
 
     def at(self, op: str, ev: int, stream: int | None = None) -> int:
-        return next(i for i, (o, s, e) in enumerate(self.log) if o == op and e == ev and (stream is None or s == stream))
+        return next(i for i, (o, s, e) in enumerate(self.log)
+                    if o == op and e == ev and (stream is None or s == stream))
 
 
 def drive(eng: StagedEngine, dev: FakeDevice, limit: int = 500) -> int:
