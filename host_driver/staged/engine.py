@@ -421,7 +421,8 @@ class StagedEngine:
         exited = [i for i in range(n) if bool(inf.conf[i] >= thr)]
         for i in exited:
             self._answer(queries[i], inf.logits[i], exit_index=ex.exit_index)
-        keep = [i for i in range(n) if i not in set(exited)]
+        gone = set(exited)
+        keep = [i for i in range(n) if i not in gone]
         if exited:
             if row is not None:
                 row.answered += len(exited)
