@@ -74,8 +74,10 @@ def ratio_interval(ratios: Iterable[float], level: float = LEVEL) -> tuple[float
 
 def add_point_intervals(row: dict[str, Any], level: float = LEVEL) -> None:
     """`<metric>_ci_lo` / `_ci_hi` on a seed-averaged row, over its per-seed metrics."""
-    for k in POINT_METRICS:   # all non-negative: the interval is cut at 0
+    for k in POINT_METRICS:   # all non-negative: the interval is cut at 0 (and a rate's at 1)
         _, lo, hi = t_interval([s[k] for s in row["per_seed"]], level)
+        if k.endswith("_rate") and math.isfinite(hi):
+            hi = min(hi, 1.0)
         row[f"{k}_ci_lo"], row[f"{k}_ci_hi"] = max(lo, 0.0) if math.isfinite(lo) else lo, hi
 
 
@@ -113,7 +115,7 @@ def _figures(pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, An
                            ("violation_gap_pp", gap, t_interval)):
         m, lo, hi = fn(vals)
         if name.endswith("_rate") and math.isfinite(lo):
-            lo = max(lo, 0.0)     # a rate's interval is cut at 0
+            lo, hi = max(lo, 0.0), min(hi, 1.0)     # a rate's interval is cut to [0, 1]
         out[name], out[f"{name}_ci"] = m, [lo, hi]
     b, f = out["baseline_violation_rate"], out["fluidb_violation_rate"]
     out["violation_reduction"] = b / f if f > 0 else float("inf")
