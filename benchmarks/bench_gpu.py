@@ -9,7 +9,13 @@
 3. TurboTransformers' DP batching against naive and no batching: saturated throughput at
    lengths uniform in 2-100 and 5-500 (max batch 20, hungry trigger);
 4. scheduling overhead: host time per stage execution, and closed-loop latency of DVABatch
-   (window 0) against ZeroBatch at one query at a time (the paper's §8.8 measurement).
+   (window 0) against ZeroBatch at one query at a time (the paper's §8.8 measurement);
+5. stages: DVABatch §7.1's profiling search for the stage count (up to 8 tries per workload);
+6. overlap: the same batches through a 4-stage engine with dependent stages enqueued behind
+   events (the default) and in the strictly serial mode: on a GPU the first must be faster;
+7. allocator: TurboTransformers' Algorithm 1 against a plain caching allocator over BERT-base
+   request streams (reserved memory, device allocations, fragmentation; bookkeeping only, so
+   the figures do not depend on the device).
 
 Writes gpu_bench.json, one CSV per experiment and PNGs (with matplotlib) to --out
 (docs/figures/gpu/ by default) and prints the figures. On CPU the models are the "small"
@@ -29,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ("latency", "peak", "dp", "overhead", "stages", "overlap", "allocator")
 
 
 def log(*a):
@@ -74,7 +81,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="auto", help="auto, cuda or cpu")
     ap.add_argument("--out", default=str(ROOT / "docs" / "figures" / "gpu"))
     ap.add_argument("--duration", type=float, default=None, help="seconds of arrivals per point")
-    ap.add_argument("--only", default="latency,peak,dp,overhead", help="comma-separated experiments")
+    ap.add_argument("--only", default=",".join(EXPERIMENTS), help="comma-separated experiments")
     ap.add_argument("--workloads", default="bert,cnn,unet")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
@@ -210,8 +217,78 @@ def main(argv=None) -> int:
         report["overhead"] = rows
         _csv(out / "overhead.csv", rows)
 
+    # 5. stage-count search ---------------------------------------------------------------
+    if "stages" in only:
+        rows = []
+        for w in args.workloads.split(","):
+            bench = prepare(w, dev, size=size, bsmax=bsmax, **({"lengths": "rte"} if w == "bert" else {}))
+            n, tries = bench.search_stages(bsmax, duration_s=min(dur, 10.0) / 2, seed=args.seed)
+            for t in tries:
+                rows.append({"workload": w, **t, "chosen": t["stages"] == n})
+            log(f"[stages] {w}: tried {[t['stages'] for t in tries]} -> {n} stages "
+                f"(throughput q/s {[round(t['throughput_qps'], 1) for t in tries]})")
+        report["stage_search"] = rows
+        _csv(out / "stage_search.csv", rows)
+
+    # 6. overlap of dependent stages against the strictly serial mode -------------------------
+    if "overlap" in only:
+        from fluidnpu.host_driver.staged.batch_table import Query
+        from fluidnpu.host_driver.staged.engine import StagedEngine
+        from fluidnpu.host_driver.staged.torchutil import synchronize
+
+        rows = []
+        for w in args.workloads.split(","):
+            bench = prepare(w, dev, size=size, bsmax=bsmax)
+            report["device_name"] = device_name(bench.device)
+            prof = bench.profile(min(4, len(bench.spec.modules)))
+            payloads = bench.spec.sample(np.random.default_rng(4), 16 * 16)
+            res = {}
+            for serial in (False, True):
+                eng = StagedEngine(bench.spec, prof, bench.device, max_batch=bsmax, serial=serial)
+                ts = []
+                for rep in range(3):
+                    synchronize(bench.device)
+                    t0 = time.perf_counter()
+                    for k in range(0, len(payloads), 16):
+                        eng.new([Query(rep * 10_000 + k + j, pl, 0.0, bench.spec.length(pl) if bench.spec.length
+                                       else 1) for j, pl in enumerate(payloads[k:k + 16])])
+                    eng.run_until_done()
+                    ts.append(time.perf_counter() - t0)
+                res["serial" if serial else "overlapped"] = float(np.median(ts))
+            rows.append({"workload": w, "stages": prof.n_stages, "batches": 16, "batch": 16,
+                         "overlapped_s": res["overlapped"], "serial_s": res["serial"],
+                         "speedup": res["serial"] / res["overlapped"]})
+            log(f"[overlap] {w}: 16 batches of 16 through {prof.n_stages} stages: overlapped "
+                f"{res['overlapped'] * 1e3:.1f} ms, serial {res['serial'] * 1e3:.1f} ms "
+                f"({res['serial'] / res['overlapped']:.2f}x)")
+        report["overlap"] = rows
+        _csv(out / "overlap.csv", rows)
+
+    # 7. Algorithm 1 against a caching allocator -------------------------------------------------
+    if "allocator" in only:
+        from fluidnpu.host_driver.staged.allocator import compare_allocators
+
+        rows = []
+        for dist, (lo, hi) in (("uniform-2-100", (2, 100)), ("uniform-5-500", (5, 500))):
+            lengths = np.random.default_rng(args.seed).integers(lo, hi + 1, 500)
+            for batch in (1, 8):
+                for idle in (0, 8):
+                    r = compare_allocators(lengths, batch=batch, max_idle=idle)
+                    for name, v in r.items():
+                        if name == "caching" and idle:
+                            continue
+                        rows.append({"lengths": dist, "batch": batch, "allocator":
+                                     name if name == "caching" else f"alg1 (release after {idle} idle)", **v})
+                    a, c = r["alg1"], r["caching"]
+                    log(f"[allocator] {dist} batch {batch} idle {idle}: alg1 {a['peak_reserved_mib']:.1f} MiB, "
+                        f"{a['device_allocs']} allocs (reuse {100 * a['reuse']:.1f} %), frag "
+                        f"{a['fragmentation_mean']:.2f}; caching {c['peak_reserved_mib']:.1f} MiB, "
+                        f"{c['device_allocs']} allocs (reuse {100 * c['reuse']:.1f} %), frag {c['fragmentation_mean']:.2f}")
+        report["allocator"] = rows
+        _csv(out / "allocator.csv", rows)
+
     path = out / "gpu_bench.json"
-    if only != {"latency", "peak", "dp", "overhead"} and path.exists():   # a partial re-run updates the record
+    if only != set(EXPERIMENTS) and path.exists():   # a partial re-run updates the record
         old = json.loads(path.read_text())
         if "latency" in report and "latency" in old:    # keep the other workloads' rows
             redone = {r["workload"] for r in report["latency"]}

@@ -5,6 +5,13 @@ or SLO, for a set of policies). Every policy runs on its own DSE'd design
 (`registry`, `designs`), with Bmax = 8 and three seeds averaged unless told
 otherwise. Simulations are independent, so they run in a process pool.
 
+Panels marked `control` also run every baseline on FluidB's own design (rows
+with hardware "fluidb", as `fluidnpu simulate --design` does), which separates
+the scheduler's gain from the hardware's, and measure every policy's capacity
+(served throughput when offered far more) so that the headline figures can
+leave out saturated points (`headline.py`). Every row carries t intervals
+over the seeds.
+
 Host-side code (runs the DSE; matplotlib only for plots).
 """
 
@@ -23,9 +30,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fluidnpu.errors import FluidError
+from fluidnpu.scheduler_fw.headline import (CAPACITY_SAMPLES, LEVEL, OVERLOAD, OWN, RHO_MAX, SAME, add_point_intervals,
+                                            all_points_gain, compare, mark_saturation, ratio_interval)
 from fluidnpu.scheduler_fw.latency import LatencyTable
 from fluidnpu.scheduler_fw.metrics import average
-from fluidnpu.scheduler_fw.registry import POLICIES, DesignKind, policy_spec
+from fluidnpu.scheduler_fw.registry import FLUID, POLICIES, DesignKind, policy_spec
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES, Setting, run_once
 
 FIGURES = ("fig4", "fig5", "fig6", "fig7", "table1")
@@ -53,9 +62,15 @@ class Panel:
     slos_ms: tuple[float, ...]
     policies: tuple[str, ...] = SWEEP_POLICIES
     x: str = "rate"          # the swept axis in plots: "rate" or "slo_ms"
+    control: bool = False    # also run every baseline on FluidB's design, and measure capacities
 
-    def settings(self) -> list[tuple[str, float, float]]:
-        return [(p, r, s) for p in self.policies for r in self.rates for s in self.slos_ms]
+    def hardware(self) -> tuple[str, ...]:
+        return (OWN, SAME) if self.control else (OWN,)
+
+    def settings(self) -> list[tuple[str, float, float, str]]:
+        """(policy, rate, SLO ms, hardware); FluidB runs once (its own design is FluidB's)."""
+        return [(p, r, s, hw) for hw in self.hardware() for p in self.policies for r in self.rates
+                for s in self.slos_ms if hw == OWN or p != "fluidb"]
 
 
 def _frange(lo: float, hi: float, step: float) -> tuple[float, ...]:
@@ -86,14 +101,14 @@ def load_panels(tables: dict[tuple[str, str, str], LatencyTable], bmax: int) -> 
 def figure_panels(name: str) -> list[Panel]:
     """The panels of one reproduction (fig4, fig5, fig6, table1)."""
     if name == "fig4":
-        return [Panel("resnet50-zc706", "resnet50", "zc706", _frange(5, 25, 2.5), (400.0,))]
+        return [Panel("resnet50-zc706", "resnet50", "zc706", _frange(5, 25, 2.5), (400.0,), control=True)]
     if name == "fig5":
-        return [Panel("inceptionv3-zcu104", "inceptionv3", "zcu104", _frange(20, 60, 5), (200.0,))]
+        return [Panel("inceptionv3-zcu104", "inceptionv3", "zcu104", _frange(20, 60, 5), (200.0,), control=True)]
     if name == "fig6":
         return [Panel("resnet50-zc706@15", "resnet50", "zc706", (15.0,), _frange(100, 600, 50), x="slo_ms"),
                 Panel("inceptionv3-zcu104@35", "inceptionv3", "zcu104", (35.0,), _frange(50, 300, 25), x="slo_ms")]
     if name == "table1":
-        return [Panel(f"{m}-{b}", m, b, (rate,), (slo,), ("lazybatching", "fluidb"))
+        return [Panel(f"{m}-{b}", m, b, (rate,), (slo,), ("lazybatching", "fluidb"), control=True)
                 for (m, b, rate, slo) in PAPER_TABLE1]
     raise FluidError(f"unknown reproduction {name!r}; choose from {', '.join(FIGURES)}")
 
@@ -135,6 +150,8 @@ def design_tables(panels: Sequence[Panel], cfg: EvalConfig, progress: Progress |
         for pol in p.policies:
             kind = policy_spec(pol).design
             need[(p.model, p.board, kind.key)] = kind
+        if p.control:
+            need[(p.model, p.board, FLUID.key)] = FLUID
     tables: dict[tuple[str, str, str], LatencyTable] = {}
     info = []
     for i, ((model, board, key), kind) in enumerate(need.items()):
@@ -167,24 +184,43 @@ def _job(args: tuple[tuple[str, str, str], Setting, int]) -> dict[str, float]:
     return run_once(setting, _TABLES[key], seed)[0]
 
 
+def _design_key(p: Panel, pol: str, hardware: str) -> tuple[str, str, str]:
+    return (p.model, p.board, FLUID.key if hardware == SAME else policy_spec(pol).design.key)
+
+
 def run_panels(panels: Sequence[Panel], cfg: EvalConfig, progress: Progress | None = None,
                tables: dict[tuple[str, str, str], LatencyTable] | None = None
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(one row per panel × policy × rate × SLO with seed-averaged metrics, the designs used)."""
+    """(one row per panel × policy × rate × SLO × hardware with seed-averaged metrics, t intervals
+    over seeds, and for control panels the measured capacity and saturation; the designs used)."""
     cfg.validate()
     designs: list[dict[str, Any]] = []
     if tables is None:
         tables, designs = design_tables(panels, cfg, progress)
     jobs: list[tuple[tuple[str, str, str], Setting, int]] = []
-    meta: list[tuple[Panel, str, float, float]] = []
+    meta: list[tuple[Panel, str, float, float, str]] = []
     for p in panels:
-        for pol, rate, slo in p.settings():
-            key = (p.model, p.board, policy_spec(pol).design.key)
+        for pol, rate, slo, hw in p.settings():
+            key = _design_key(p, pol, hw)
             setting = Setting(pol, rate, slo / 1e3, cfg.bmax, cfg.n_samples, cfg.decision_cost_s)
             setting.validate(tables[key])
-            meta.append((p, pol, rate, slo))
+            meta.append((p, pol, rate, slo, hw))
             jobs += [(key, setting, seed) for seed in range(cfg.seeds)]
-    results: list[dict[str, float]] = []
+    # capacity runs: each policy offered OVERLOAD x its design's full-batch capacity; what it serves is its capacity
+    caps: list[tuple[str, str, str]] = []
+    for p in panels:
+        if not p.control:
+            continue
+        for hw in p.hardware():
+            for pol in p.policies:
+                if hw == SAME and pol == "fluidb":
+                    continue
+                key = _design_key(p, pol, hw)
+                rate = OVERLOAD * tables[key].full_batch_capacity(cfg.bmax)
+                setting = Setting(pol, rate, p.slos_ms[0] / 1e3, cfg.bmax, min(cfg.n_samples, CAPACITY_SAMPLES),
+                                  cfg.decision_cost_s)
+                caps.append((p.key, pol, hw))
+                jobs += [(key, setting, seed) for seed in range(cfg.seeds)]
     total = len(jobs)
     if progress:
         progress("simulations", 0, total)
@@ -206,14 +242,25 @@ def run_panels(panels: Sequence[Panel], cfg: EvalConfig, progress: Progress | No
                     progress("simulations", n, total)
     results = [r for r in out if r is not None]
     rows = []
-    for j, (p, pol, rate, slo) in enumerate(meta):
+    for j, (p, pol, rate, slo, hw) in enumerate(meta):
         per_seed = results[j * cfg.seeds:(j + 1) * cfg.seeds]
         mean = average(per_seed)
         std = {k: float(np.std([m[k] for m in per_seed])) for k in ("mean_latency_ms", "p99_latency_ms",
                                                                       "slo_violation_rate", "utilisation")}
-        rows.append({"panel": p.key, "model": p.model, "board": p.board, "policy": pol,
-                     "label": POLICIES[pol].label, "rate": rate, "slo_ms": slo, **mean,
-                     **{f"{k}_std": v for k, v in std.items()}, "per_seed": per_seed})
+        row = {"panel": p.key, "model": p.model, "board": p.board, "policy": pol,
+               "label": POLICIES[pol].label, "hardware": hw, "design": _design_key(p, pol, hw)[2],
+               "rate": rate, "slo_ms": slo, **mean, **{f"{k}_std": v for k, v in std.items()}, "per_seed": per_seed}
+        add_point_intervals(row)
+        rows.append(row)
+    base = len(meta) * cfg.seeds
+    capacity = {}
+    for j, key in enumerate(caps):
+        per_seed = results[base + j * cfg.seeds:base + (j + 1) * cfg.seeds]
+        capacity[key] = float(np.mean([m["throughput"] for m in per_seed]))
+    for p in panels:   # FluidB's row is the same on both hardware columns
+        if p.control and (p.key, "fluidb", OWN) in capacity:
+            capacity[(p.key, "fluidb", SAME)] = capacity[(p.key, "fluidb", OWN)]
+    mark_saturation(rows, capacity)
     return rows, designs
 
 
@@ -224,41 +271,25 @@ def _geomean(xs: Sequence[float]) -> float:
     return float(math.exp(sum(math.log(x) for x in xs) / len(xs))) if xs else float("nan")
 
 
+def _own(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("hardware", OWN) == OWN]
+
+
 def sweep_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """FluidB against the baselines over a sweep (the paper's headline figures, our reading of them)."""
-    by = {(r["panel"], r["policy"], r["rate"], r["slo_ms"]): r for r in rows}
-    points = sorted({(r["panel"], r["rate"], r["slo_ms"]) for r in rows})
-    out: dict[str, Any] = {"per_baseline": {}}
-    all_lat, all_p99 = [], []
-    base_viol, fluid_viol = [], []
-    for base in BASELINES:
-        lat, p99, bv, fv = [], [], [], []
-        for panel, rate, slo in points:
-            b, f = by.get((panel, base, rate, slo)), by.get((panel, "fluidb", rate, slo))
-            if not b or not f:
-                continue
-            lat.append(b["mean_latency_ms"] / f["mean_latency_ms"])
-            p99.append(b["p99_latency_ms"] / f["p99_latency_ms"])
-            bv.append(b["slo_violation_rate"])
-            fv.append(f["slo_violation_rate"])
-        if not lat:
-            continue
-        out["per_baseline"][base] = {"mean_latency_ratio_geomean": _geomean(lat), "p99_ratio_geomean": _geomean(p99),
-                                     "violation_rate_mean": float(np.mean(bv)),
-                                     "fluidb_violation_rate_mean": float(np.mean(fv))}
-        all_lat += lat
-        all_p99 += p99
-        base_viol += bv
-        fluid_viol += fv
-    if all_lat:
-        fv = float(np.mean(fluid_viol))
-        out["mean_latency_gain_geomean"] = _geomean(all_lat)
-        out["p99_latency_gain_geomean"] = _geomean(all_p99)
-        out["baseline_violation_rate_mean"] = float(np.mean(base_viol))
-        out["fluidb_violation_rate_mean"] = fv
-        out["violation_reduction"] = float(np.mean(base_viol)) / fv if fv > 0 else float("inf")
-    flu = [r for r in rows if r["policy"] == "fluidb"]
-    lazy = {(r["panel"], r["rate"], r["slo_ms"]): r for r in rows if r["policy"] == "lazybatching"}
+    """FluidB against the baselines over a sweep (the paper's headline figures, our reading of them).
+
+    Top-level figures: each policy on its own DSE'd design, over the points where every policy is below
+    saturation (`headline.compare`), with t intervals over seeds; `same_hardware`: the same with every
+    baseline on FluidB's design; `all_points_mean_latency_gain`: the old, run-length-dependent geomean
+    over every point, for reference only.
+    """
+    out = compare(rows, OWN, BASELINES)
+    if any(r.get("hardware") == SAME for r in rows):
+        out["same_hardware"] = compare(rows, SAME, BASELINES)
+    out["all_points_mean_latency_gain"] = all_points_gain(rows, OWN)
+    own = _own(rows)
+    flu = [r for r in own if r["policy"] == "fluidb"]
+    lazy = {(r["panel"], r["rate"], r["slo_ms"]): r for r in own if r["policy"] == "lazybatching"}
     inv = [(lazy[(r["panel"], r["rate"], r["slo_ms"])], r) for r in flu if (r["panel"], r["rate"], r["slo_ms"]) in lazy]
     if inv:
         out["lazy_vs_fluidb_invocations"] = _geomean([a["invocations"] / b["invocations"] for a, b in inv])
@@ -269,10 +300,22 @@ def sweep_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def table1_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Table I beside the paper, with the paper's derived figures (latency ratios, pp reductions)."""
-    by = {(r["model"], r["board"], r["policy"]): r for r in rows}
+    by = {(r["model"], r["board"], r["policy"]): r for r in _own(rows)}
+    same = {(r["model"], r["board"]): r for r in rows if r.get("hardware") == SAME and r["policy"] == "lazybatching"}
     table = []
     for (m, b, rate, slo), paper in PAPER_TABLE1.items():
         lz, fl = by[(m, b, "lazybatching")], by[(m, b, "fluidb")]
+        paired = zip(lz.get("per_seed", []), fl.get("per_seed", []))
+        extra: dict[str, Any] = {"ours_ci": {k: [x.get("mean_latency_ms_ci_lo"), x.get("mean_latency_ms_ci_hi"),
+                                                 x.get("slo_violation_rate_ci_lo"), x.get("slo_violation_rate_ci_hi")]
+                                             for k, x in (("lazybatching", lz), ("fluidb", fl))},
+                                 "ours_latency_ratio_ci": list(ratio_interval(
+                                     [x["mean_latency_ms"] / y["mean_latency_ms"] for x, y in paired])[1:])}
+        if (m, b) in same:
+            sl = same[(m, b)]
+            extra["same_hardware"] = {"lazybatching": [sl["mean_latency_ms"], sl["slo_violation_rate"]],
+                                      "latency_ratio": sl["mean_latency_ms"] / fl["mean_latency_ms"],
+                                      "violation_pp": 100 * (sl["slo_violation_rate"] - fl["slo_violation_rate"])}
         table.append({"model": m, "board": b, "rate": rate, "slo_ms": slo,
                       "ours": {"lazybatching": [lz["mean_latency_ms"], lz["slo_violation_rate"]],
                                "fluidb": [fl["mean_latency_ms"], fl["slo_violation_rate"]]},
@@ -282,12 +325,16 @@ def table1_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       "ours_violation_pp": 100 * (lz["slo_violation_rate"] - fl["slo_violation_rate"]),
                       "paper_violation_pp": 100 * (paper["lazybatching"][1] - paper["fluidb"][1]),
                       "ours_invocation_ratio": lz["invocations"] / fl["invocations"],
-                      "ours_preemption_point_ratio": lz["preemption_points"] / max(fl["preemption_points"], 1e-9)})
+                      "ours_preemption_point_ratio": lz["preemption_points"] / max(fl["preemption_points"], 1e-9),
+                      **extra})
     return {"rows": table,
             "ours_latency_ratio_geomean": _geomean([r["ours_latency_ratio"] for r in table]),
             "paper_latency_ratio_geomean": _geomean([r["paper_latency_ratio"] for r in table]),
             "ours_violation_pp_mean": float(np.mean([r["ours_violation_pp"] for r in table])),
-            "paper_violation_pp_mean": float(np.mean([r["paper_violation_pp"] for r in table]))}
+            "paper_violation_pp_mean": float(np.mean([r["paper_violation_pp"] for r in table])),
+            **({"same_hardware_latency_ratio_geomean": _geomean([r["same_hardware"]["latency_ratio"] for r in table]),
+                "same_hardware_violation_pp_mean": float(np.mean([r["same_hardware"]["violation_pp"] for r in table]))}
+               if all("same_hardware" in r for r in table) else {})}
 
 
 def load_summary(rows: list[dict[str, Any]], tables: dict[tuple[str, str, str], LatencyTable],
@@ -318,12 +365,23 @@ def write_headline(out_dir: Path) -> dict[str, Any] | None:
     """
     out_dir = Path(out_dir)
     rows: list[dict[str, Any]] = []
+    per_figure: dict[str, Any] = {}
+    seeds = set()
     for name in ("fig4", "fig5"):
         f = out_dir / f"{name}.json"
         if not f.is_file():
             return None
-        rows += json.loads(f.read_text())["rows"]
+        doc = json.loads(f.read_text())
+        seeds.add(doc.get("config", {}).get("seeds"))
+        rows += doc["rows"]
+        per_figure[name] = {"own": compare(doc["rows"], OWN, BASELINES)}
+        if any(r.get("hardware") == SAME for r in doc["rows"]):
+            per_figure[name]["same_hardware"] = compare(doc["rows"], SAME, BASELINES)
     summary = sweep_summary(rows)
+    summary["per_figure"] = per_figure
+    summary["seeds"] = seeds.pop() if len(seeds) == 1 else sorted(seeds, key=str)
+    summary["rho_max"] = RHO_MAX
+    summary["interval_level"] = LEVEL
     summary["paper"] = {"mean_latency_gain": 1.97, "tail_slo_satisfaction_gain": 6.7}
     (out_dir / "headline.json").write_text(json.dumps(_json_safe(summary), indent=1) + "\n")
     return summary

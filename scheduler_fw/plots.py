@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fluidnpu.errors import FluidError
+from fluidnpu.scheduler_fw.headline import LEVEL, RHO_MAX
 from fluidnpu.scheduler_fw.registry import POLICIES
 
 # one look per policy: FluidB stands out, FC dashed, R dotted, timeouts S/M/L in lighter shades
@@ -43,15 +44,34 @@ def _plt():
     return plt
 
 
+def _on(rows: Sequence[dict[str, Any]], hardware: str) -> list[dict[str, Any]]:
+    """The rows of one hardware column; FluidB's own row belongs to both."""
+    return [r for r in rows if r.get("hardware", "own") == hardware or r["policy"] == "fluidb"]
+
+
 def _lines(ax, rows: Sequence[dict[str, Any]], panel: str, x: str, metric: str) -> None:
+    """One line per policy, with error bars (the rows' t intervals over seeds) where the rows have them,
+    and a grey ring on every point where that policy is saturated (left out of the headline)."""
     for pol, style in STYLE.items():
-        pts = sorted((r[x], r[metric]) for r in rows if r["panel"] == panel and r["policy"] == pol)
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=POLICIES[pol].label, **style)
+        pts = sorted((r[x], r[metric], r.get(f"{metric}_ci_lo"), r.get(f"{metric}_ci_hi"), r.get("saturated", False))
+                     for r in rows if r["panel"] == panel and r["policy"] == pol)
+        if not pts:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        if all(p[2] is not None and p[2] == p[2] for p in pts):   # intervals known (NaN with one seed)
+            err = [[max(y - p[2], 0.0) for y, p in zip(ys, pts)], [max(p[3] - y, 0.0) for y, p in zip(ys, pts)]]
+            ax.errorbar(xs, ys, yerr=err, label=POLICIES[pol].label, capsize=2.5, **style)
+        else:
+            ax.plot(xs, ys, label=POLICIES[pol].label, **style)
+        sat = [(p[0], p[1]) for p in pts if p[4]]
+        if sat:
+            ax.scatter([p[0] for p in sat], [p[1] for p in sat], s=110, facecolors="none", edgecolors="grey",
+                       linewidths=1.0, zorder=5)
 
 
 def plot_sweep(rows: Sequence[dict[str, Any]], panel: Any, path: Path, title: str) -> None:
-    """Figs. 4/5: every metric against the arrival rate, one line per policy."""
+    """Figs. 4/5: every metric against the arrival rate, one line per policy, 95 % intervals over seeds as
+    error bars, saturated points ringed."""
     plt = _plt()
     fig, axes = plt.subplots(2, 3, figsize=(15, 8))
     slo = panel.slos_ms[0]
@@ -73,7 +93,10 @@ def plot_sweep(rows: Sequence[dict[str, Any]], panel: Any, path: Path, title: st
     h, lab = axes.flat[1].get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=6, fontsize=9)
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    fig.text(0.5, 0.935, f"error bars: {100 * LEVEL:g} % t intervals over seeds; grey rings: saturated (rate > "
+             f"{RHO_MAX:g} x the policy's measured capacity), left out of the headline", ha="center", fontsize=8,
+             color="dimgrey")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.93))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -102,14 +125,23 @@ def plot_table1(summary: dict[str, Any], path: Path) -> None:
     rows = summary["rows"]
     labels = [f"{r['model']}\n{r['board']} {r['rate']:g}/s\nSLO {r['slo_ms']:g} ms" for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
-    width = 0.2
-    series = (("paper LazyBatching", "paper", "lazybatching", "#c5b0d5"), ("ours LazyBatching", "ours", "lazybatching",
-              "#9467bd"), ("paper FluidB", "paper", "fluidb", "#ff9896"), ("ours FluidB", "ours", "fluidb", "#d62728"))
+    series = [("paper LazyBatching", "paper", "lazybatching", "#c5b0d5"), ("ours LazyBatching", "ours", "lazybatching",
+               "#9467bd"), ("paper FluidB", "paper", "fluidb", "#ff9896"), ("ours FluidB", "ours", "fluidb", "#d62728")]
+    if all("same_hardware" in r for r in rows):
+        series.insert(2, ("ours LazyBatching on FluidB's design", "same_hardware", "lazybatching", "#dadaeb"))
+    width = 0.8 / len(series)
     panels = ((axes[0], 0, "average latency (ms)", 1.0), (axes[1], 1, "SLO violation rate (%)", 100.0))
     for ax, col, ylabel, scale in panels:
         for i, (name, src, pol, color) in enumerate(series):
-            xs = [j + (i - 1.5) * width for j in range(len(rows))]
-            ax.bar(xs, [r[src][pol][col] * scale for r in rows], width, label=name, color=color)
+            xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rows))]
+            ys = [r[src][pol][col] * scale for r in rows]
+            ci = [r.get("ours_ci", {}).get(pol, [None, None, None, None])[2 * col:2 * col + 2] if src == "ours"
+                  else [None, None] for r in rows]
+            yerr = None
+            if all(c[0] is not None and c[0] == c[0] for c in ci):
+                yerr = [[max(y - c[0] * scale, 0) for y, c in zip(ys, ci)], [max(c[1] * scale - y, 0)
+                                                                            for y, c in zip(ys, ci)]]
+            ax.bar(xs, ys, width, label=name, color=color, yerr=yerr, capsize=2)
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_ylabel(ylabel)
@@ -157,13 +189,17 @@ def plot_figure(name: str, panels: Sequence[Any], rows: Sequence[dict[str, Any]]
     files = []
     if name in ("fig4", "fig5"):
         for p in panels:
-            fname = f"{name}.png" if len(panels) == 1 else f"{name}_{p.key}.png"
-            plot_sweep(rows, p, out_dir / fname,
-                       f"{'Fig. 4' if name == 'fig4' else 'Fig. 5'}: 4-exit {p.model} on {p.board}, "
-                       f"p99 SLO {p.slos_ms[0]:g} ms")
-            files.append(fname)
+            stem = name if len(panels) == 1 else f"{name}_{p.key}"
+            title = (f"{'Fig. 4' if name == 'fig4' else 'Fig. 5'}: 4-exit {p.model} on {p.board}, "
+                     f"p99 SLO {p.slos_ms[0]:g} ms")
+            plot_sweep(_on(rows, "own"), p, out_dir / f"{stem}.png", title + ", each policy on its own DSE'd design")
+            files.append(f"{stem}.png")
+            if p.control:
+                plot_sweep(_on(rows, "fluidb"), p, out_dir / f"{stem}_same_hardware.png",
+                           title + ", every policy on FluidB's design (same-hardware control)")
+                files.append(f"{stem}_same_hardware.png")
     elif name == "fig6":
-        plot_slo_sweep(rows, panels, out_dir / "fig6.png")
+        plot_slo_sweep(_on(rows, "own"), panels, out_dir / "fig6.png")
         files.append("fig6.png")
     elif name == "table1":
         plot_table1(summary, out_dir / "table1.png")

@@ -18,8 +18,9 @@ from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.arrivals import poisson_trace
 from fluidnpu.scheduler_fw.designs import design_for
-from fluidnpu.scheduler_fw.experiments import (PAPER_TABLE1, EvalConfig, figure_panels, load_panels, sweep_summary,
-                                               table1_summary)
+from fluidnpu.scheduler_fw.experiments import (PAPER_TABLE1, EvalConfig, Panel, design_tables, figure_panels,
+                                               load_panels, run_panels, sweep_summary, table1_summary)
+from fluidnpu.scheduler_fw.headline import RHO_MAX, all_points_gain, compare, ratio_interval, t_interval
 from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
 from fluidnpu.scheduler_fw.registry import FLUID, SERIAL_B1, policy_spec
 from fluidnpu.scheduler_fw.simulation import Setting, run_once, simulate
@@ -106,10 +107,73 @@ def test_sweep_summary_compares_fluidb_with_each_baseline():
             _row("p", "lazybatching", 1.0, 20.0, 0.0, 30.0, 29.0),
             _row("p", "lazybatching", 2.0, 20.0, 0.1, 30.0, 29.0)]
     s = sweep_summary(rows)
-    assert s["per_baseline"]["serial"]["mean_latency_ratio_geomean"] == pytest.approx(2.0)  # sqrt(4 * 1)
-    assert s["fluidb_violation_rate_mean"] == pytest.approx(0.05)
+    assert s["per_baseline"]["serial"]["mean_latency_gain"] == pytest.approx(2.0)  # sqrt(4 * 1)
+    assert s["fluidb_violation_rate"] == pytest.approx(0.05)
     assert s["lazy_vs_fluidb_invocations"] == pytest.approx(15.0)
     assert s["lazy_vs_fluidb_preemption_points"] == pytest.approx(29.0)
+
+
+def test_t_intervals_match_the_textbook_and_ratios_are_taken_in_log_space():
+    m, lo, hi = t_interval([1.0, 2.0, 3.0])
+    assert m == 2.0 and hi - m == pytest.approx(4.302653 / 3 ** 0.5, rel=1e-5)   # t(0.975, 2) * s / sqrt(n)
+    assert m - lo == pytest.approx(hi - m)
+    assert t_interval([5.0])[0] == 5.0 and np.isnan(t_interval([5.0])[1])
+    assert t_interval([4.0, 4.0]) == (4.0, 4.0, 4.0)
+    g, glo, ghi = ratio_interval([2.0, 8.0])
+    assert g == pytest.approx(4.0) and glo * ghi == pytest.approx(16.0)   # symmetric in log space around 4
+
+
+def _seeded(panel, policy, rate, lats, viol=0.0, hardware="own", saturated=False):
+    seeds = [{"mean_latency_ms": x, "p99_latency_ms": 2 * x, "slo_violation_rate": viol} for x in lats]
+    return {"panel": panel, "policy": policy, "rate": rate, "slo_ms": 100.0, "hardware": hardware,
+            "mean_latency_ms": float(np.mean(lats)), "p99_latency_ms": 2 * float(np.mean(lats)),
+            "slo_violation_rate": viol, "per_seed": seeds, "saturated": saturated}
+
+
+def test_headline_leaves_out_saturated_points_and_separates_the_hardware():
+    rows = [_seeded("p", "fluidb", 1.0, [10, 12]), _seeded("p", "serial", 1.0, [20, 30]),
+            _seeded("p", "lazybatching", 1.0, [40, 48], 0.1),
+            # at rate 2 SERIAL is overloaded: its 100x must not reach the aggregate, nor SERIAL's own figure
+            _seeded("p", "fluidb", 2.0, [10, 10]), _seeded("p", "serial", 2.0, [1000, 1000], 0.9, saturated=True),
+            _seeded("p", "lazybatching", 2.0, [30, 30]),
+            # the same-hardware control: SERIAL on FluidB's design
+            _seeded("p", "serial", 1.0, [10, 12], hardware="fluidb"), _seeded("p", "serial", 2.0, [15, 15],
+                                                                              hardware="fluidb")]
+    own = compare(rows, "own")
+    assert own["points"] == 1 and own["points_total"] == 2
+    assert own["saturated_points"] == [{"panel": "p", "rate": 2.0, "slo_ms": 100.0, "saturated": ["serial"]}]
+    # seed 0: sqrt(2 * 4), seed 1: sqrt(2.5 * 4); geometric mean over the seeds
+    assert own["mean_latency_gain"] == pytest.approx((8 * 10) ** 0.25)
+    assert own["per_baseline"]["serial"]["pairs"] == 1
+    assert own["per_baseline"]["lazybatching"]["mean_latency_gain"] == pytest.approx(12 ** 0.5)   # 4x and 3x
+    assert own["baseline_violation_rate"] == pytest.approx(0.05) and own["fluidb_violation_rate"] == 0.0
+    lo, hi = own["mean_latency_gain_ci"]
+    assert lo < own["mean_latency_gain"] < hi
+    same = compare(rows, "fluidb")
+    assert same["points"] == 2 and same["saturated_points"] == []
+    assert same["mean_latency_gain"] == pytest.approx(1.5 ** 0.5)                      # 1x and 1.5x
+    assert all_points_gain(rows) > 2 * own["mean_latency_gain"]
+
+
+def test_headline_does_not_move_with_run_length(tmp_path):
+    """The issue's bug: the old aggregate read 4.31x / 4.95x / 5.69x at 2,000 / 4,000 / 8,000 requests. The
+    headline over unsaturated points must agree within 5 % (a reduced Fig. 4: three policies, one seed)."""
+    panel = Panel("r", "resnet50", "zc706", (5.0, 10.0, 20.0, 25.0), (400.0,), ("serial", "r-adaptb-s", "fluidb"),
+                  control=True)
+    cfg = EvalConfig(seeds=1, jobs=1, cache_dir=tmp_path)
+    tables, _ = design_tables([panel], cfg)
+    heads, old = {}, {}
+    for n in (2000, 4000, 8000):
+        cfg.n_samples = n
+        rows, _ = run_panels([panel], cfg, tables=tables)
+        heads[n] = sweep_summary(rows)
+        old[n] = all_points_gain(rows)
+    for way in (heads, {n: h["same_hardware"] for n, h in heads.items()}):
+        vals = [h["mean_latency_gain"] for h in way.values()]
+        assert max(vals) / min(vals) < 1.05, vals
+    assert {h["points"] for h in heads.values()} == {heads[2000]["points"]} and heads[2000]["points"] >= 2
+    assert heads[2000]["saturated_points"]            # SERIAL and R-AdaptB-S saturate at 20-25/s on their designs
+    assert old[8000] / old[2000] > 1.2                # what the saturated points did to the old aggregate
 
 
 def test_table1_summary_reproduces_the_papers_derived_figures():
@@ -145,18 +209,20 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     main(["eval", "fig4", "--seeds", "1", "--samples", "150", "--out", str(out), "--cache-dir", str(tmp_path / "c"),
           "--json"])
     printed = json.loads(capsys.readouterr().out)["fig4"]
-    assert {"fig4.csv", "fig4.json", "fig4.png"} <= {p.name for p in out.iterdir()}
-    assert sorted(Path(f).name for f in printed["files"]) == ["fig4.csv", "fig4.json", "fig4.png"]
+    files = ["fig4.csv", "fig4.json", "fig4.png", "fig4_same_hardware.png"]
+    assert set(files) <= {p.name for p in out.iterdir()}
+    assert sorted(Path(f).name for f in printed["files"]) == files
     with open(out / "fig4.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 9 * 9  # policies x rates
+    assert len(rows) == 9 * 9 + 8 * 9  # policies x rates, then the baselines again on FluidB's design
+    assert {"mean_latency_ms_ci_lo", "mean_latency_ms_ci_hi", "hardware", "load", "saturated"} <= set(rows[0])
     assert {r["policy"] for r in rows} >= {"fluidb", "serial", "lazybatching", "r-adaptb-l"}
     doc = json.loads((out / "fig4.json").read_text())
     assert doc["config"]["seeds"] == 1 and len(doc["designs"]) == 4
     # at 25 samples/s on ZC706 SERIAL (no batching) queues up and FluidB does not; FluidB always gets more
     # useful work out of the board while busy (utilisation is of each policy's own design's peak, and the
     # designs differ in size, so compare utilisation x peak: useful GOp/s while busy)
-    by = {(r["policy"], r["rate"]): r for r in doc["rows"]}
+    by = {(r["policy"], r["rate"]): r for r in doc["rows"] if r["hardware"] == "own"}
     assert by[("serial", 25.0)]["mean_latency_ms"] > 1.2 * by[("fluidb", 25.0)]["mean_latency_ms"]
     peak = {d["design_kind"]: d["peak_gops"] for d in doc["designs"]}
     kind = {p: policy_spec(p).design.key for p in ("fluidb", "serial")}
@@ -167,7 +233,12 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     assert all(work["fluidb"][r] > work["serial"][r] for r in (15.0, 25.0))
     assert abs(work["fluidb"][5.0] / work["serial"][5.0] - 1) < 0.05
     s = printed["summary"]
-    assert s["mean_latency_gain_geomean"] > 1.0 and s["lazy_vs_fluidb_invocations"] > 3.0
+    assert s["mean_latency_gain"] > 1.0 and s["lazy_vs_fluidb_invocations"] > 3.0
+    assert s["points"] + len(s["saturated_points"]) == 9 and s["same_hardware"]["points"] >= s["points"]
+    # the same-hardware control: every baseline also ran on FluidB's design, with the same seeds
+    same = [r for r in doc["rows"] if r["hardware"] == "fluidb"]
+    assert len(same) == 8 * 9 and {r["design"] for r in same} == {by[("fluidb", 5.0)]["design"]}
+    assert all("capacity" in r and r["saturated"] == (r["load"] > RHO_MAX) for r in doc["rows"])
 
 
 def test_fig7_reuses_the_dse_report(tmp_path):
@@ -247,3 +318,24 @@ def test_bad_bundles_and_figures_are_one_line_and_exit_2(tiny_bundle_path, tmp_p
         assert proc.returncode == 2, (args, proc.stderr)
         assert word in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_results_md_generated_blocks_are_filled_from_the_json(tmp_path):
+    from fluidnpu.scheduler_fw.experiments import _json_safe
+    from fluidnpu.scheduler_fw.results_doc import splice, update_results_md
+
+    rows = [_seeded("p", "fluidb", 1.0, [10, 12]), _seeded("p", "serial", 1.0, [20, 30]),
+            _seeded("p", "serial", 1.0, [10, 12], hardware="fluidb")]
+    head = {**sweep_summary(rows), "rho_max": RHO_MAX, "seeds": 2}
+    (tmp_path / "headline.json").write_text(json.dumps(_json_safe(head)))
+    md = tmp_path / "results.md"
+    md.write_text("prose before\n<!-- generated:headline -->\nstale 9.99x\n<!-- /generated:headline -->\nprose after\n")
+    assert update_results_md(md, tmp_path) == ["headline"]
+    text = md.read_text()
+    assert "stale" not in text and text.startswith("prose before\n") and text.endswith("prose after\n")
+    gain = head["mean_latency_gain"]
+    assert f"**{gain:.2f}×**" in text and "| SERIAL |" in text and "FluidB's design" in text
+    update_results_md(md, tmp_path)
+    assert md.read_text() == text                      # idempotent
+    with pytest.raises(FluidError, match="markers"):
+        splice("no markers here", "headline", "x")

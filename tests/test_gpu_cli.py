@@ -77,3 +77,16 @@ def test_bench_errors_exit_2():
     r = _run("gpu", "bench", "-w", "eecnn", "-p", "dva", "--device", "cpu", "--stages", "99", "--duration", "0.1",
              "--bsmax", "4")
     assert r.returncode == 2 and "more stages than modules" in r.stderr
+    r = _run("gpu", "bench", "-w", "cnn", "-p", "dva", "--device", "cpu", "--stages", "many", "--duration", "0.1")
+    assert r.returncode == 2 and "--stages" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_stages_auto_searches_and_reports_the_tries():
+    pytest.importorskip("torch")
+    r = _run("gpu", "bench", "-w", "cnn", "-p", "dva", "--device", "cpu", "--stages", "auto", "--duration", "0.15",
+             "--bsmax", "4", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    tried = [t["stages"] for t in d["stage_search"]]
+    assert 2 <= len(tried) <= 8 and tried == sorted(tried)
+    assert len(d["stage_bounds"]) in tried and d["answered"] == d["sent"]

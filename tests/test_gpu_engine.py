@@ -123,15 +123,14 @@ def test_paper_example_new_stretch_split():
     qs = [Query(i, payloads[i]) for i in range(4)]
     row = eng.new(qs[:2])
     assert eng.queues[0].view() == [{"id": row.id, "start": 0, "num": 2}]
-    eng.step()      # executor 1 launches the first 2 queries
-    eng.step()      # ... and observes their completion: pushed to batch queue 2
-    assert row.statusmap[0] == 2
+    eng.step()      # executor 1 launches the first 2 queries and passes them on to batch queue 2 at once
     assert eng.queues[1].view() == [{"id": row.id, "start": 0, "num": 2}]
-    eng.step()      # executor 2 is working on the batch
+    assert row.statusmap[0] == 0   # ... before their completion was observed
+    eng.stretch(row, qs[2:])       # (our stages are enqueued ahead, so the stretch comes one step earlier)
+    eng.step()      # executor 2 launches the batch (its stream waits on executor 1's event); 1's completion seen
+    assert row.statusmap[0] == 2
     assert eng.executors[1].state is ExecState.WORKING
-    eng.stretch(row, qs[2:])
     assert row.bs == 4
-    assert eng.queues[0].view() == [{"id": row.id, "start": 2, "num": 2}]
     eng.split(row, [2, 2], at=3)
     eng.run_until_done()
     check_results(eng, qs, refs)
@@ -150,12 +149,11 @@ def test_buffer_states_and_checking_with_one_buffer_pair():
     eng.new(qs[4:])
     eng.step()
     slot = eng.rings[1].slots[0]
-    assert slot.state is BufState.IN_WRITING    # stage 0 launched on batch 0
-    eng.step()
-    assert slot.state is BufState.INVALID       # written, waiting for stage 1: not writable
-    assert eng.executors[0].state is ExecState.CHECKING   # batch 1 pulled, no legitimate pair
+    # stage 0 enqueued batch 0 and passed the slot on at once (written behind its event): not writable
+    assert slot.state is BufState.INVALID and eng.queues[1].view()[0]["num"] == 2
     eng.step()
     assert slot.state is BufState.IN_READING    # stage 1 reads batch 0
+    assert eng.executors[0].state is ExecState.CHECKING   # batch 1 pulled, no legitimate pair
     assert ExecState.CHECKING in eng.executors[0].transitions
     eng.run_until_done()
     check_results(eng, qs, refs)
@@ -254,3 +252,141 @@ def test_length_distributions_are_data_with_sources():
         assert x.min() >= 1 and x.max() <= d["edges"][-1]
     assert np.median(sample_lengths("sst2", rng, 2000)) < np.median(sample_lengths("rte", rng, 2000))
     assert sample_lengths("uniform-5-500", rng, 2000).min() >= 5
+
+
+# ---- asynchronous execution, observed through a fake device ----------------------------------
+
+class FakeEvent:
+    def __init__(self, dev: "FakeDevice", stream: int, deps: list["FakeEvent"]) -> None:
+        self.dev, self.stream, self.deps, self.done = dev, stream, deps, False
+        self.id = len(dev.events)
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        raise AssertionError("the engine must never block the host on an event")
+
+
+class FakeStream:
+    """A StreamShim stand-in: work is computed at once on the CPU, but its events complete only when the
+    fake device ticks, in stream order and after the events the stream was told to wait on."""
+
+    cuda = False
+
+    def __init__(self, dev: "FakeDevice") -> None:
+        self.dev, self.id, self.last, self.waits = dev, len(dev.streams), None, []
+        dev.streams.append(self)
+
+    def record(self) -> FakeEvent:
+        ev = FakeEvent(self.dev, self.id, [e for e in [self.last, *self.waits] if e is not None])
+        self.last, self.waits = ev, []
+        self.dev.events.append(ev)
+        self.dev.log.append(("record", self.id, ev.id))
+        return ev
+
+    def wait(self, event) -> None:
+        self.waits.append(event)
+        self.dev.log.append(("wait", self.id, event.id))
+
+    def context(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def keep_alive(self, tensors) -> None:
+        pass
+
+
+class FakeDevice:
+    def __init__(self) -> None:
+        self.streams: list[FakeStream] = []
+        self.events: list[FakeEvent] = []
+        self.log: list[tuple[str, int, int]] = []
+
+    def stream(self, device) -> FakeStream:
+        return FakeStream(self)
+
+    def tick(self) -> None:
+        """Every stream whose oldest pending event has its dependencies done completes that event."""
+        ready = []
+        for st_ in self.streams:
+            pending = [e for e in self.events if e.stream == st_.id and not e.done]
+            if pending and all(d.done for d in pending[0].deps):
+                ready.append(pending[0])
+        for e in ready:
+            e.done = True
+            self.log.append(("complete", e.stream, e.id))
+
+    def at(self, op: str, ev: int, stream: int | None = None) -> int:
+        return next(i for i, (o, s, e) in enumerate(self.log)
+                    if o == op and e == ev and (stream is None or s == stream))
+
+
+def drive(eng: StagedEngine, dev: FakeDevice, limit: int = 500) -> int:
+    """Step the engine and tick the device until every query is answered; the most executors WORKING at once."""
+    most = 0
+    for _ in range(limit):
+        if not eng.live():
+            return most
+        eng.step()
+        most = max(most, sum(ex.state is ExecState.WORKING for ex in eng.executors))
+        dev.tick()
+    raise AssertionError("the engine did not finish")
+
+
+def test_dependent_stages_are_enqueued_behind_events_without_host_polling():
+    spec, payloads, refs = workload("cnn")
+    dev = FakeDevice()
+    eng = StagedEngine(spec, synthetic_profile(spec, 4), CPU, n_buffers=2, max_batch=8, stream_factory=dev.stream)
+    qs = [Query(i, payloads[i]) for i in range(2)]
+    eng.new(qs)
+    for _ in range(4):
+        eng.step()                       # the device never runs: no event completes
+    assert [s for s, _, _ in eng.launch_log] == [0, 1, 2, 3]      # yet all four stages of the batch are enqueued
+    assert all(ex.state is ExecState.WORKING for ex in eng.executors)
+    assert not any(op == "complete" for op, _, _ in dev.log) and not eng.results
+    # stage s+1's stream waits (on the device) on the event recorded after stage s, before that event completes
+    stage_ev = [next(e for o, st_, e in dev.log if o == "record" and st_ == ex.stream.id) for ex in eng.executors]
+    for s in range(1, 4):
+        assert dev.at("wait", stage_ev[s - 1], eng.executors[s].stream.id) < dev.at("record", stage_ev[s])
+    drive(eng, dev)
+    for s in range(1, 4):                # the device then ran them in dependency order
+        assert dev.at("complete", stage_ev[s - 1]) < dev.at("complete", stage_ev[s])
+    check_results(eng, qs, refs)
+
+
+def test_serial_mode_is_serial_and_one_buffer_pair_is_not():
+    spec, payloads, refs = workload("cnn")
+    qs = [Query(i, payloads[i]) for i in range(8)]
+    most = {}
+    for serial, n_buffers in ((True, 2), (True, 1), (False, 1), (False, 2)):
+        dev = FakeDevice()
+        eng = StagedEngine(spec, synthetic_profile(spec, 4), CPU, n_buffers=n_buffers, max_batch=8, serial=serial,
+                           stream_factory=dev.stream)
+        for k in range(0, 8, 2):
+            eng.new(qs[k:k + 2])
+        most[(serial, n_buffers)] = drive(eng, dev)
+        check_results(eng, qs, refs)
+        if serial:   # every stage execution is recorded only after the previous one completed on the device
+            recs = [(i, e) for i, (o, _, e) in enumerate(dev.log) if o == "record"
+                    and dev.streams[dev.events[e].stream] is not eng.input_stream]
+            for (_, prev), (i, _) in zip(recs, recs[1:]):
+                assert dev.at("complete", prev) < i
+    assert most[(True, 2)] == most[(True, 1)] == 1
+    # docs/gpu.md used to say one buffer pair makes the stages serial: stages that share no boundary still overlap
+    assert most[(False, 1)] >= 2 and most[(False, 2)] >= 3
+
+
+def test_exits_and_outputs_are_read_back_without_blocking():
+    spec, payloads, refs = workload("eecnn")
+    dev = FakeDevice()
+    eng = StagedEngine(spec, synthetic_profile(spec, 3), CPU, max_batch=32, stream_factory=dev.stream)
+    qs = [Query(i, p) for i, p in enumerate(payloads)]
+    eng.new(qs[:12])
+    for _ in range(3):
+        eng.step()
+    assert not eng.results     # the exit's confidences are in flight: nobody waited for them
+    assert eng.executors[0].inflight.conf is not None and not eng.executors[1].inflight
+    drive(eng, dev)            # FakeEvent.synchronize raises: the host never blocked
+    check_results(eng, qs[:12], refs)

@@ -133,11 +133,9 @@ class BatchTable:
         self.rows.pop(row.id, None)
 
     def latest(self) -> BatchRow | None:
-        for bid in reversed(self.created):
-            if bid in self.rows:
-                return self.rows[bid]
-            return None
-        return None
+        """The latest batch stored in the batch table (§5.2.2: the only one a stretch may grow), i.e. the
+        most recently created row that is still there, not only the most recently created row."""
+        return next(reversed(self.rows.values()), None)   # rows are kept in creation order
 
     def view(self) -> list[dict]:
         return [{"id": r.id, "bs": r.bs, "time": r.time, "statusmap": list(r.statusmap)} for r in self.rows.values()]

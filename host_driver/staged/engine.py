@@ -10,10 +10,17 @@ completion event is observed with a non-blocking `event.query()`).
 One host thread drives all executors cooperatively (`step`): on CUDA a stage
 is launched asynchronously on its executor's stream, so stages of different
 batches run concurrently on the GPU while the host only enqueues and polls;
-the host never calls a device-wide synchronize. A batch moves to the next
-batch queue when its stage completed, so the batch table always tells where
-every query is (which is what stretch needs). On CPU the streams and events
-are no-ops and every stage runs synchronously inside `step`.
+the host never calls a device-wide synchronize. A stage whose result the host
+does not need (no exit head, not the last stage) passes its batch to the next
+batch queue at launch, and the next stage's stream waits on its event on the
+device: dependent stages are enqueued back to back, the host off the critical
+path (DVABatch). The batch table still tells where every query is (its
+position advances at launch), which is what stretch needs. Exit confidences
+and final outputs come back through non-blocking copies into pinned memory,
+read once the stage's event completed. `serial=True` launches nothing while a
+stage execution is in flight (strictly serial). On CPU the streams and events
+are no-ops and every stage runs synchronously inside `step`; a fake device in
+the tests makes the events asynchronous.
 
 Meta-operations:
 * new(queries): a batch-table row and an item in batch queue 0.
@@ -44,7 +51,7 @@ from fluidnpu.host_driver.staged.batch_table import BatchQueue, BatchRow, BatchT
 from fluidnpu.host_driver.staged.buffers import BufferRing
 from fluidnpu.host_driver.staged.model import ModelSpec, call_module
 from fluidnpu.host_driver.staged.slicing import StageProfile
-from fluidnpu.host_driver.staged.torchutil import StreamShim, require_torch
+from fluidnpu.host_driver.staged.torchutil import StreamShim, require_torch, to_host_async
 
 
 # Host overhead is counted in this thread's CPU time, so that a busy machine's preemptions do not count.
@@ -72,8 +79,11 @@ class _Inflight:
     item: QueueItem
     slot: Any
     out: Any
-    logits: Any
+    logits: Any            # host copy of the exit head's logits (in flight until `event` completes)
     event: Any
+    forwarded: bool = False   # the batch already went on to the next stage's queue at launch
+    conf: Any = None       # host copy of the exit confidences
+    rows: Any = None       # host copy of the final outputs (last stage)
 
 
 class StageExecutor:
@@ -111,6 +121,7 @@ class StageExecutor:
 
     def step(self) -> bool:
         progress = False
+        eng = self.engine
         if self.state is ExecState.WORKING:
             t0 = _cpu()
             try:
@@ -129,6 +140,8 @@ class StageExecutor:
             self._set(ExecState.INACTIVE)
             return progress
         self._set(ExecState.ACTIVE)
+        if eng.serial and eng.working():   # strictly serial: one stage execution on the device at a time
+            return progress
         ring = self.out_ring
         slot = None
         if ring is not None:
@@ -166,9 +179,13 @@ class StageExecutor:
                 c0 = _cpu()
                 for m in self.modules:
                     x = call_module(m, x)
-                logits = None
-                if self.exit_head is not None:
-                    logits = self.exit_head.head(x[0] if len(x) == 1 else x)
+                logits = conf = rows = None
+                if self.index == eng.n_stages - 1:
+                    rows = to_host_async(eng.spec.output(x), self.stream)
+                elif self.exit_head is not None:   # confidences and logits read back without blocking
+                    lg = self.exit_head.head(x[0] if len(x) == 1 else x)
+                    conf = to_host_async(torch.softmax(lg.float(), -1).amax(-1), self.stream)
+                    logits = to_host_async(lg, self.stream)
                 compute = _cpu() - c0
                 ev = self.stream.record()
         except Exception as exc:  # noqa: BLE001 - the stage's queries fail with this error
@@ -181,11 +198,16 @@ class StageExecutor:
             self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
             self.overhead_s += _cpu() - t0 - compute
             return
-        self.inflight = _Inflight(item, slot, x, logits, ev)
+        self.inflight = _Inflight(item, slot, x, logits, ev, conf=conf, rows=rows)
         self.executions += 1
         self.rows += item.num
         eng.launch_log.append((self.index, item.batch_id, item.num))
         self._set(ExecState.WORKING)
+        if slot is not None and conf is None:
+            # Nothing here needs the host to see the result: the batch goes on to the next queue now, and
+            # the next stage's stream waits on `ev` on the device (DVABatch enqueues dependent stages at once).
+            self.inflight.forwarded = True
+            eng._forward(self, item, slot, x, ev)
         self.overhead_s += _cpu() - t0 - compute
 
     def _fail_inflight(self, exc: Exception) -> None:
@@ -194,9 +216,11 @@ class StageExecutor:
         for p in inf.item.parts:
             if p.slot is not None:
                 BufferRing.end_read(p.slot)
-        if inf.slot is not None:
-            BufferRing.written(inf.slot, None, None, 0)
-        self.engine._fail(inf.item, f"stage {self.index} failed: {type(exc).__name__}: {exc}")
+        if not inf.forwarded:
+            # A forwarded batch is already in a later stage, whose own event reports the (sticky) device error.
+            if inf.slot is not None:
+                BufferRing.written(inf.slot, None, None, 0)
+            self.engine._fail(inf.item, f"stage {self.index} failed: {type(exc).__name__}: {exc}")
         self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
 
     def _complete(self) -> None:
@@ -208,7 +232,11 @@ class StageExecutor:
             if p.slot is not None:
                 BufferRing.end_read(p.slot)
         self._set(ExecState.ACTIVE if self.queue else ExecState.INACTIVE)
-        eng._stage_done(self, item, inf.slot, inf.out, inf.logits, inf.event)
+        row = eng.table.rows.get(item.batch_id)
+        if row is not None:
+            row.statusmap[self.index] += item.num
+        if not inf.forwarded:
+            eng._stage_done(self, inf)
 
 
 class StagedEngine:
@@ -221,7 +249,8 @@ class StagedEngine:
 
     def __init__(self, spec: ModelSpec, profile: StageProfile, device, n_buffers: int = 2, max_batch: int = 64,
                  split_hook: Callable | None = None, clock: Callable[[], float] = time.perf_counter,
-                 trace_states: bool = False) -> None:
+                 trace_states: bool = False, serial: bool = False,
+                 stream_factory: Callable[[Any], StreamShim] = StreamShim) -> None:
         require_torch()
         if n_buffers < 1:
             raise FluidError(f"need at least one buffer pair, got {n_buffers}")
@@ -244,6 +273,7 @@ class StagedEngine:
         self.fail_stage = None
         self.clock = clock
         self.trace_states = trace_states
+        self.serial = bool(serial)
         self.table = BatchTable(self.n_stages)
         self.queues = [BatchQueue(s) for s in range(self.n_stages)]
         self.rings: list[BufferRing | None] = [None] + [BufferRing(b, n_buffers) for b in range(1, self.n_stages)]
@@ -251,9 +281,9 @@ class StagedEngine:
         self.executors = []
         for s, (lo, hi) in enumerate(bounds):
             head = exits.get(hi - 1)
-            self.executors.append(StageExecutor(self, s, spec.modules[lo:hi], StreamShim(device), head,
+            self.executors.append(StageExecutor(self, s, spec.modules[lo:hi], stream_factory(device), head,
                                                 exit_ids.get(hi - 1)))
-        self.input_stream = StreamShim(device)
+        self.input_stream = stream_factory(device)
         self.results: dict[int, Result] = {}
         self._live_ids: set[int] = set()
         self.submitted = 0
@@ -368,19 +398,17 @@ class StagedEngine:
         for b in sorted(row.held):
             self._try_release(row, b)
 
-    def _stage_done(self, ex: StageExecutor, item: QueueItem, slot, out, logits, ev) -> None:
+    def _stage_done(self, ex: StageExecutor, inf: _Inflight) -> None:
+        """A stage whose result the host needs (an exit's confidences, the final outputs) completed: its
+        host copies are ready, nothing blocks."""
         t0 = _cpu()
-        s = ex.index
+        s, item = ex.index, inf.item
         row = self.table.rows.get(item.batch_id)
         queries = item.queries
         n = len(queries)
-        if row is not None:
-            row.statusmap[s] += n
         if s == self.n_stages - 1:
-            rows = self.spec.output(out)
-            rows = rows.detach().to("cpu").unbind(0)
             now = self.clock()
-            for q, r in zip(queries, rows):
+            for q, r in zip(queries, inf.rows.unbind(0)):
                 self._answer(q, r, now=now)
             if row is not None:
                 row.answered += n
@@ -388,41 +416,46 @@ class StagedEngine:
                 self._after_membership_change(row)
             self.meta_overhead_s += _cpu() - t0
             return
-        keep = list(range(n))
-        if logits is not None:
-            torch = require_torch()
-            conf = torch.softmax(logits.float(), -1).amax(-1).to("cpu")
-            thr = ex.exit_head.threshold
-            lg = logits.detach().to("cpu")
-            exited = [i for i in range(n) if bool(conf[i] >= thr)]
-            for i in exited:
-                self._answer(queries[i], lg[i], exit_index=ex.exit_index)
-            if exited:
-                keep = [i for i in range(n) if not bool(conf[i] >= thr)]
-                if row is not None:
-                    row.answered += len(exited)
-                    self._remove(row, [queries[i] for i in exited])
-                if keep:
-                    with torch.inference_mode(), ex.stream.context():
-                        idx = torch.tensor(keep, device=out[0].device)
-                        out = self.spec.ops.select(out, idx)
-                        ev = ex.stream.record()
-                else:
-                    out, ev = None, None
-        kept = [queries[i] for i in keep]
-        if not kept:
-            BufferRing.written(slot, None, None, 0)
+        out, ev = inf.out, inf.event
+        thr = ex.exit_head.threshold
+        exited = [i for i in range(n) if bool(inf.conf[i] >= thr)]
+        for i in exited:
+            self._answer(queries[i], inf.logits[i], exit_index=ex.exit_index)
+        gone = set(exited)
+        keep = [i for i in range(n) if i not in gone]
+        if exited:
+            if row is not None:
+                row.answered += len(exited)
+                self._remove(row, [queries[i] for i in exited])
+            if keep:
+                torch = require_torch()
+                with torch.inference_mode(), ex.stream.context():
+                    idx = torch.tensor(keep, device=out[0].device)
+                    out = self.spec.ops.select(out, idx)
+                    ev = ex.stream.record()
+        if not keep:
+            BufferRing.written(inf.slot, None, None, 0)
             if row is not None:
                 self._after_membership_change(row)
             self.meta_overhead_s += _cpu() - t0
             return
+        self._forward(ex, QueueItem(item.batch_id, item.start, len(keep), [queries[i] for i in keep], item.parts),
+                      inf.slot, out, ev)
+        self.meta_overhead_s += _cpu() - t0
+
+    def _forward(self, ex: StageExecutor, item: QueueItem, slot, out, ev) -> None:
+        """The item's queries are through stage ex.index (or will be, once `ev` completes on the device):
+        its output slot goes to the next boundary, held there while some of the batch is still behind."""
+        t0 = _cpu()
+        s = ex.index
+        row = self.table.rows.get(item.batch_id)
         BufferRing.written(slot, out, ev, 1)
         if row is None:   # cannot happen: a batch with live queries stays in the table
             raise RuntimeError(f"batch {item.batch_id} vanished with live queries")
         slot.held += 1
-        for q in kept:
+        for q in item.queries:
             row.pos[q.id] = s + 1
-        row.held.setdefault(s + 1, []).append((kept, Part(slot, 0, len(kept))))
+        row.held.setdefault(s + 1, []).append((list(item.queries), Part(slot, 0, len(item.queries))))
         self._after_membership_change(row)
         self.meta_overhead_s += _cpu() - t0
 

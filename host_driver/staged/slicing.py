@@ -7,6 +7,15 @@ even at every batch size rather than only at one. Stages are contiguous, cut
 by a DP that minimises the slowest stage; the end of every early-exit module
 is forced to be a stage boundary (an exit is decided when a stage completes).
 
+Operator diversity (§7.1): a module's preferred batch size is the smallest profiled
+batch size whose throughput (bs / time) reaches PREFERRED_FRACTION of its best; where
+consecutive modules' preferred sizes differ by PREFERRED_RATIO or more, a cut is
+forced there too (largest differences first, as many as the stage count allows),
+as long as the slowest stage stays within BALANCE_SLACK of the unconstrained
+optimum — so Policy II can split a batch right before the modules that prefer
+smaller ones. `choose_stage_count` picks N from measured tries (§7.1: "we
+determine the optimal Nst through profiling ... 8 tries").
+
 `StageProfile` keeps the per-stage times T[s][bs] (sums of their modules'
 times), linearly interpolated between profiled batch sizes and extrapolated
 linearly beyond the largest; it answers T_remain(s, bs) for the split policy.
@@ -27,6 +36,10 @@ from fluidnpu.host_driver.staged.model import ModelSpec, call_module
 from fluidnpu.host_driver.staged.torchutil import require_torch, synchronize
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+PREFERRED_FRACTION = 0.9   # "the smallest batch size that fully utilizes the GPU": 90 % of the best throughput
+PREFERRED_RATIO = 4        # preferred sizes this far apart (two profiled steps) are a diversity worth a cut
+BALANCE_SLACK = 1.25       # a preferred-size cut may make the slowest stage at most 25 % slower
+STAGE_TRIES = (1, 2, 3, 4, 6, 8, 12, 16)   # the paper's 8 tries
 
 
 def profile_modules(spec: ModelSpec, device, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
@@ -163,6 +176,57 @@ def profile_from_module_times(module_seconds: np.ndarray, batch_sizes: Sequence[
     return StageProfile(tuple(int(b) for b in batch_sizes), stage, tuple(bounds), ms, device)
 
 
+def preferred_batch_sizes(module_seconds: np.ndarray, batch_sizes: Sequence[int],
+                          fraction: float = PREFERRED_FRACTION) -> list[int]:
+    """Each module's preferred batch size: the smallest profiled size reaching `fraction` of its best
+    throughput (bs / seconds)."""
+    ms = np.asarray(module_seconds, dtype=float)
+    bss = np.asarray(batch_sizes, dtype=float)
+    out = []
+    for row in ms:
+        thr = bss / np.maximum(row, 1e-12)
+        out.append(int(bss[int(np.argmax(thr >= fraction * thr.max()))]))
+    return out
+
+
+def stage_cuts(module_seconds: np.ndarray, batch_sizes: Sequence[int], n_stages: int,
+               exit_cuts: Sequence[int] = ()) -> list[int]:
+    """The forced stage boundaries: every exit, then preferred-batch-size changes (largest first) while
+    stages remain and the slowest stage stays within BALANCE_SLACK of the best split without them."""
+    ms = np.asarray(module_seconds, dtype=float)
+    cuts = sorted(set(int(c) for c in exit_cuts))
+    costs = ms.sum(axis=1)
+    pre = np.concatenate([[0.0], np.cumsum(costs)])
+
+    def slowest(cs: list[int]) -> float:
+        return max(pre[hi] - pre[lo] for lo, hi in partition(costs, n_stages, cs))
+
+    base = slowest(cuts)
+    prefs = preferred_batch_sizes(ms, batch_sizes)
+    changes = sorted((max(a, b) / min(a, b), p) for p, (a, b) in enumerate(zip(prefs, prefs[1:]), start=1)
+                     if max(a, b) / min(a, b) >= PREFERRED_RATIO)
+    for _, p in reversed(changes):
+        if len(cuts) + 1 >= n_stages or p in cuts:
+            continue
+        if slowest(sorted(cuts + [p])) <= BALANCE_SLACK * base:
+            cuts = sorted(cuts + [p])
+    return cuts
+
+
+def choose_stage_count(tries: Sequence[dict], tolerance: float = 0.05) -> int:
+    """The stage count of the best try: the highest throughput; among tries within `tolerance` of it, the
+    lowest mean latency, then the fewest stages (DVABatch Fig. 20 judges both)."""
+    if not tries:
+        raise FluidError("no stage counts were tried")
+    best = max(t["throughput_qps"] for t in tries)
+    close = [t for t in tries if t["throughput_qps"] >= (1.0 - tolerance) * best]
+    return int(min(close, key=lambda t: (t["mean_latency_ms"], t["stages"]))["stages"])
+
+
+def stage_tries(n_modules: int, min_stages: int = 1) -> list[int]:
+    return [n for n in STAGE_TRIES if min_stages <= n <= n_modules] or [max(1, min(min_stages, n_modules))]
+
+
 def slice_model(spec: ModelSpec, n_stages: int, device, batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
                 repeats: int = 3, module_seconds: np.ndarray | None = None) -> StageProfile:
     """Profile `spec` (unless module_seconds is given) and cut it into n_stages stages of about equal time."""
@@ -173,5 +237,5 @@ def slice_model(spec: ModelSpec, n_stages: int, device, batch_sizes: Sequence[in
         module_seconds = profile_modules(spec, device, batch_sizes, repeats)
     elif np.asarray(module_seconds).shape != (m, len(batch_sizes)):
         raise FluidError(f"module_seconds must be {m} x {len(batch_sizes)}")
-    cuts = [e.after + 1 for e in spec.exits]
+    cuts = stage_cuts(module_seconds, batch_sizes, n_stages, [e.after + 1 for e in spec.exits])
     return profile_from_module_times(module_seconds, batch_sizes, n_stages, cuts, str(device))

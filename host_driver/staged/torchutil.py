@@ -96,6 +96,20 @@ class StreamShim:
                 t.record_stream(self.stream)
 
 
+def to_host_async(t, stream: "StreamShim"):
+    """A host copy of `t` that does not block the host.
+
+    On CUDA: a non-blocking copy into freshly allocated pinned (page-locked) memory, enqueued on
+    `stream`; it is valid once an event recorded on the stream after this call has completed. On
+    CPU: `t` itself (the work already ran synchronously)."""
+    if getattr(stream, "cuda", False):
+        torch = require_torch()
+        dst = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        dst.copy_(t, non_blocking=True)
+        return dst
+    return t.detach()
+
+
 def synchronize(device) -> None:
     if device.type == "cuda":
         require_torch().cuda.synchronize(device)

@@ -29,7 +29,8 @@ def gpu() -> None:
               help="model size (default: full on cuda, tiny on cpu)")
 @click.option("--lengths", default=None, help="bert length distribution: rte, sst2, mrpc, uniform-2-100, uniform-5-500")
 @click.option("--bsmax", type=int, default=64, show_default=True, help="largest batch")
-@click.option("--stages", type=int, default=None, help="stages for dva (default: 2 for bert, 4 for cnn/unet)")
+@click.option("--stages", default=None, help="stages for dva: N, or auto for DVABatch's profiling search over "
+              "up to 8 tries (default: 2 for bert, 4 for cnn/unet, as the paper's §8.7 found)")
 @click.option("--window-ms", type=float, default=None, help="delaybatch window (default: half the bsmax batch time)")
 @click.option("--trigger", type=click.Choice(["hungry", "lazy"]), default="hungry", show_default=True,
               help="dp scheduler trigger")
@@ -61,7 +62,17 @@ def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, st
     if policy == "dp" and workload != "bert":
         raise FluidError(f"dp batching needs a variable-length workload (bert), not {workload}")
 
+    if stages is not None and str(stages).strip().lower() != "auto":
+        try:
+            stages = int(stages)
+        except ValueError:
+            raise FluidError(f"--stages must be a number or auto, got {stages!r}") from None
+        if stages < 1:
+            raise FluidError(f"--stages must be >= 1, got {stages}")
     bench = prepare(workload, device, size=size, seed=seed, bsmax=bsmax, lengths=lengths)
+    stage_search = None
+    if isinstance(stages, str):
+        stages, stage_search = bench.search_stages(bsmax, duration_s=min(duration, 2.0), seed=seed)
     pol, prof = make_policy(bench, policy, bsmax, stages, None if window_ms is None else window_ms / 1e3,
                             cost_table, trigger, slo_ms / 1e3)
     peak = bench.peak(bsmax)
@@ -70,7 +81,7 @@ def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, st
     engine = make_engine(bench, prof, max(bsmax, pol.bsmax))
     res = serve_load(bench.spec, pol, engine, arrivals, payloads, drain_s=max(30.0, 3 * duration))
     summary = {**res.summary(), "load": str(load), "profiled_peak_qps": peak, "gpu": device_name(bench.device),
-               "stage_bounds": [list(b) for b in prof.bounds]}
+               "stage_bounds": [list(b) for b in prof.bounds], "stage_search": stage_search}
     if as_json:
         _emit_json(summary)
         return

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.host_driver.staged.slicing import DEFAULT_BATCH_SIZES, StageProfile, profile_from_module_times, \
-    profile_modules
+from fluidnpu.host_driver.staged.slicing import (DEFAULT_BATCH_SIZES, StageProfile, choose_stage_count,
+                                                profile_from_module_times, profile_modules, stage_cuts, stage_tries)
 from fluidnpu.scheduler_fw.gpu.policies import POLICIES, DelayBatch, DVABatch, ExitAwareDVA, ZeroBatch
 from fluidnpu.scheduler_fw.gpu.runner import DEFAULT_STAGES
 from fluidnpu.scheduler_fw.gpu.turbo import CostTable, NaiveBatch, NoBatch, TurboDP, warmup_cost_table
@@ -27,8 +27,24 @@ class Bench:
     module_seconds: np.ndarray
 
     def profile(self, n_stages: int) -> StageProfile:
-        cuts = [e.after + 1 for e in self.spec.exits]
+        """Sliced into n_stages at the exits and, where the balance allows, at preferred-batch-size changes."""
+        cuts = stage_cuts(self.module_seconds, self.batch_sizes, n_stages, [e.after + 1 for e in self.spec.exits])
         return profile_from_module_times(self.module_seconds, self.batch_sizes, n_stages, cuts, str(self.device))
+
+    def search_stages(self, bsmax: int, duration_s: float = 2.0, seed: int = 0, evaluate=None
+                      ) -> tuple[int, list[dict]]:
+        """DVABatch §7.1's profiling search for the stage count: serve a short saturating load with DVABatch
+        at each tried N (up to 8 tries) and keep the best (`choose_stage_count`)."""
+        if evaluate is None:
+            def evaluate(n: int) -> dict:
+                from fluidnpu.scheduler_fw.gpu.runner import make_trace, serve_load
+
+                pol, prof = make_policy(self, "dva", bsmax, n)
+                arrivals, payloads = make_trace(self.spec, 1.5 * self.peak(bsmax), duration_s, seed)
+                s = serve_load(self.spec, pol, make_engine(self, prof, bsmax), arrivals, payloads).summary()
+                return {"throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"]}
+        tries = [{"stages": n, **evaluate(n)} for n in stage_tries(len(self.spec.modules), len(self.spec.exits) + 1)]
+        return choose_stage_count(tries), tries
 
     def peak(self, bsmax: int, batches: int = 4, seed: int = 7) -> float:
         """Saturated throughput (queries/s) of the unsliced model on back-to-back batches of the
