@@ -258,7 +258,8 @@ class _Netlist:
                 best: tuple[int, ...] | None = None
                 best_in: int | None = None
                 for ins, w in drv[1]:
-                    for i in ins or [None]:                # an arc from constants only starts a path
+                    starts: list[int | None] = list(ins) if ins else [None]
+                    for i in starts:                       # an arc from constants only starts a path
                         cand = key(w) if i is None else tuple(a + c for a, c in zip(arrival[i], key(w)))
                         if best is None or cand > best:
                             best, best_in = cand, i

@@ -135,8 +135,8 @@ def plot_table1(summary: dict[str, Any], path: Path) -> None:
         for i, (name, src, pol, color) in enumerate(series):
             xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(rows))]
             ys = [r[src][pol][col] * scale for r in rows]
-            ci = [r.get("ours_ci", {}).get(pol, [None, None, None, None])[2 * col:2 * col + 2] if src == "ours"
-                  else [None, None] for r in rows]
+            ci: list[list[Any]] = [r.get("ours_ci", {}).get(pol, [None, None, None, None])[2 * col:2 * col + 2]
+                                   if src == "ours" else [None, None] for r in rows]
             yerr = None
             if all(c[0] is not None and c[0] == c[0] for c in ci):
                 yerr = [[max(y - c[0] * scale, 0) for y, c in zip(ys, ci)], [max(c[1] * scale - y, 0)
