@@ -278,6 +278,7 @@ _COMMAND_MODULES = (
     "fluidnpu.scheduler_fw.gpu.cli",
     "fluidnpu.host_driver.cli",
     "fluidnpu.flow",
+    "fluidnpu.serving.cli",
 )
 
 
