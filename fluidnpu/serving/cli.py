@@ -59,4 +59,55 @@ def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optiona
                   + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_")))
 
 
-commands: list[Any] = [serve_cmd]
+@click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
+@click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
+@click.option("--protocol", type=click.Choice(["http", "grpc-stream"]), default="grpc-stream", show_default=True)
+@click.option("--devices", type=int, default=4, show_default=True, help="edge devices (one client each)")
+@click.option("--rate", type=float, default=200.0, show_default=True, help="total mean requests/s")
+@click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
+@click.option("--duration", type=float, default=5.0, show_default=True, help="seconds of sending")
+@click.option("--model", "-m", default="digits-ee", show_default=True)
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token to send")
+@click.option("--deadline", type=float, default=None, help="per-request deadline (ms) sent to the server")
+@click.option("--slo", type=float, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, pattern: str, duration: float,
+             model: str, token_file: Optional[str], deadline: Optional[float], slo: float, seed: int,
+             as_json: bool) -> None:
+    """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back."""
+    from fluidnpu.cli import _emit_json, out
+    from fluidnpu.errors import FluidError
+    from fluidnpu.serving.edge import run_swarm
+
+    token = None
+    if token_file:
+        try:
+            token = open(token_file, encoding="utf-8").read().strip()
+        except OSError as exc:
+            raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+    url = url or ("127.0.0.1:8000" if protocol == "http" else "127.0.0.1:8001")
+    try:
+        rep = run_swarm(url, protocol=protocol, devices=devices, rate=rate, duration_s=duration, pattern=pattern,
+                        model=model, token=token, deadline_ms=deadline, slo_ms=slo, seed=seed)
+    except ModuleNotFoundError as exc:
+        raise FluidError(f"`fluidnpu edge` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
+    if as_json:
+        _emit_json(rep)
+        return
+    lat = rep["latency_ms"]
+    out.print(f"{rep['devices']} edge devices, {rep['protocol']}, {rep['pattern']} {rep['rate']:g} req/s for "
+              f"{rep['duration_s']:g} s")
+    out.print(f"sent {rep['sent']}, answered {rep['answered']} ({rep['answered_per_s']:.1f}/s), rejected "
+              f"{rep['rejected']} {rep['rejected_by_reason']}, errors {rep['errors']}, lost {rep['lost']}")
+    if rep["answered"]:
+        sl = rep["server_latency_ms"]
+        out.print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms (in the server: "
+                  f"p50 {sl['p50']:.2f} ms, p99 {sl['p99']:.2f} ms); SLO "
+                  f"{rep['slo_ms']:g} ms violated {rep['slo_violations']} times; accuracy "
+                  f"{100 * rep['accuracy']:.2f} %; exits {rep['exits']}")
+    for m in rep["error_messages"]:
+        out.print(f"  error: {m}")
+
+
+commands: list[Any] = [serve_cmd, edge_cmd]
