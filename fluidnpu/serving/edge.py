@@ -53,12 +53,14 @@ class _Tally:
         self.exits: dict[int, int] = {}
         self.violations = 0
         self.server_ms: list[float] = []
+        self.sched_ms: list[float] = []
 
     def answered(self, latency: float, cls: np.ndarray, ex: np.ndarray, label: int, slo_s: float,
-                 server_ms: float) -> None:
+                 server_ms: float, sched_ms: float) -> None:
         with self.lock:
             self.lat.append(latency)
             self.server_ms.append(server_ms)
+            self.sched_ms.append(sched_ms)
             self.correct += int(int(cls[0]) == label)
             self.exits[int(ex[0])] = self.exits.get(int(ex[0]), 0) + 1
             self.violations += int(latency > slo_s)
@@ -115,6 +117,8 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
                            "max": float(lat.max()) if n_ans else None},
             "server_latency_ms": {"p50": float(np.percentile(tally.server_ms, 50)) if n_ans else None,
                                   "p99": float(np.percentile(tally.server_ms, 99)) if n_ans else None},
+            "queue_to_exit_ms": {"p50": float(np.percentile(tally.sched_ms, 50)) if n_ans else None,
+                                 "p99": float(np.percentile(tally.sched_ms, 99)) if n_ans else None},
             "slo_ms": slo_s * 1e3, "slo_violations": tally.violations,
             "accuracy": tally.correct / n_ans if n_ans else None,
             "exits": {str(k): v for k, v in sorted(tally.exits.items())}}
@@ -147,7 +151,8 @@ def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
                 tally.failed(f"{type(exc).__name__}: {exc}")
                 continue
             tally.answered(time.monotonic() - s, r.as_numpy("class"), r.as_numpy("exit"), int(yte[j]), slo_s,
-                           float(r.get_response()["parameters"]["server_ms"]))
+                           float(r.get_response()["parameters"]["server_ms"]),
+                           float(r.get_response()["parameters"]["queue_to_exit_ms"]))
     finally:
         client.close()
 
@@ -167,7 +172,7 @@ def _grpc_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
             s, label = sent_at.pop(result.get_response().id)
             resp = result.get_response()
             tally.answered(time.monotonic() - s, result.as_numpy("class"), result.as_numpy("exit"), label, slo_s,
-                           resp.parameters["server_ms"].double_param)
+                           resp.parameters["server_ms"].double_param, resp.parameters["queue_to_exit_ms"].double_param)
         done.release()
 
     client.start_stream(callback=callback, headers=headers)

@@ -159,6 +159,11 @@ class ServingEngine:
         # fastest a sample can leave (first exit alone) and the device time per sample at full batches
         self._first_exit_s = table.span(0, 0, 1)
         self._full_batch_s = 1.0 / table.full_batch_capacity()
+        # measured wall time per answered sample while busy (the table does not see the transports' share of
+        # the CPU): admission uses the larger of the two
+        self._svc_s = 0.0
+        self._busy_since: Optional[float] = None
+        self._acc_s, self._acc_n = 0.0, 0
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> "ServingEngine":
@@ -199,7 +204,7 @@ class ServingEngine:
                 self._reject("draining", "the server is shutting down")
             if self.inflight >= self.max_queue:
                 self._reject("queue_full", f"admission queue full ({self.max_queue} samples in flight)")
-            wait = self._first_exit_s + self.inflight * self._full_batch_s
+            wait = self._first_exit_s + self.inflight * max(self._full_batch_s, self._svc_s)
             if wait > deadline:
                 self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: "
                                          f"{self.inflight} samples ahead, estimated {wait * 1e3:.2f} ms")
@@ -222,6 +227,17 @@ class ServingEngine:
 
     # ---- results (scheduler thread) -----------------------------------------------------------
     def _on_run(self, b: int, res: Any) -> None:
+        now = time.monotonic()
+        n = len(res.exited)
+        with self._lock:
+            if self._busy_since is not None:
+                self._acc_s += now - self._busy_since
+                self._acc_n += n
+                if self._acc_n >= 16:
+                    est = self._acc_s / self._acc_n
+                    self._svc_s = 0.7 * self._svc_s + 0.3 * est if self._svc_s else est
+                    self._acc_s, self._acc_n = 0.0, 0
+            self._busy_since = now if self.inflight > n else None
         if self.metrics:
             self.metrics.batch.observe(b)
             self.metrics.busy.inc(res.seconds)
