@@ -61,7 +61,8 @@ def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optiona
 
 @click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
 @click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
-@click.option("--protocol", type=click.Choice(["http", "grpc-stream"]), default="grpc-stream", show_default=True)
+@click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
+              show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
 @click.option("--devices", type=int, default=4, show_default=True, help="edge devices (one client each)")
 @click.option("--rate", type=float, default=200.0, show_default=True, help="total mean requests/s")
 @click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
@@ -86,7 +87,7 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
             token = open(token_file, encoding="utf-8").read().strip()
         except OSError as exc:
             raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
-    url = url or ("127.0.0.1:8000" if protocol == "http" else "127.0.0.1:8001")
+    url = url or ("127.0.0.1:8001" if protocol == "grpc-stream" else "127.0.0.1:8000")
     try:
         rep = run_swarm(url, protocol=protocol, devices=devices, rate=rate, duration_s=duration, pattern=pattern,
                         model=model, token=token, deadline_ms=deadline, slo_ms=slo, seed=seed)

@@ -4,7 +4,8 @@ Built on tritonclient, so it is also the reference client: each device is a
 thread with its own client. Arrival times are drawn up front (Poisson at
 rate/devices per device, or bursty: the same mean with on/off phases at 5x
 the rate for a fifth of each second). With `--protocol http` a device sends
-one request at a time (an edge camera waits for its answer); with
+one request at a time (an edge camera waits for its answer; `http` sends
+binary tensors, `http-json` pure JSON); with
 `grpc-stream` each device holds one bidirectional stream and sends at its
 arrival times without waiting (open loop). Every request ends answered,
 rejected (with the server's reason) or an error, and the report says how
@@ -24,6 +25,7 @@ import numpy as np
 
 from fluidnpu.errors import FluidError
 
+PROTOCOLS = ("http", "http-json", "grpc-stream")
 _REASON = re.compile(r"rejected \((\w+)\)")
 
 
@@ -83,8 +85,8 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
 
     if devices < 1 or rate <= 0 or duration_s <= 0:
         raise FluidError("--devices, --rate and --duration must be > 0")
-    if protocol not in ("http", "grpc-stream"):
-        raise FluidError(f"--protocol must be http or grpc-stream, got {protocol!r}")
+    if protocol not in PROTOCOLS:
+        raise FluidError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if pattern not in ("poisson", "bursty"):
         raise FluidError(f"--pattern must be poisson or bursty, got {pattern!r}")
     _, _, xte, yte = load_network(model)
@@ -95,9 +97,9 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
     headers = {"Authorization": f"Bearer {token}"} if token else None
     params = {"deadline_ms": float(deadline_ms)} if deadline_ms else None
     t0 = time.monotonic() + 0.2
-    worker = _http_device if protocol == "http" else _grpc_device
+    worker = _grpc_device if protocol == "grpc-stream" else _http_device
     threads = [threading.Thread(target=worker, args=(url, model, xte, yte, ts, d, t0, tally, headers, params,
-                                                     slo_s, duration_s), daemon=True)
+                                                     slo_s, protocol == "http"), daemon=True)
                for d, ts in enumerate(times)]
     for th in threads:
         th.start()
@@ -117,6 +119,10 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
                            "max": float(lat.max()) if n_ans else None},
             "server_latency_ms": {"p50": float(np.percentile(tally.server_ms, 50)) if n_ans else None,
                                   "p99": float(np.percentile(tally.server_ms, 99)) if n_ans else None},
+            "overhead_ms": {"p50": float(np.percentile(np.subtract(tally.server_ms, tally.sched_ms), 50))
+                            if n_ans else None,
+                            "p99": float(np.percentile(np.subtract(tally.server_ms, tally.sched_ms), 99))
+                            if n_ans else None},
             "queue_to_exit_ms": {"p50": float(np.percentile(tally.sched_ms, 50)) if n_ans else None,
                                  "p99": float(np.percentile(tally.sched_ms, 99)) if n_ans else None},
             "slo_ms": slo_s * 1e3, "slo_violations": tally.violations,
@@ -125,12 +131,12 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
 
 
 def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.ndarray, dev: int, t0: float,
-                 tally: _Tally, headers: Any, params: Any, slo_s: float, duration_s: float) -> None:
+                 tally: _Tally, headers: Any, params: Any, slo_s: float, binary: bool) -> None:
     import tritonclient.http as th
     from tritonclient.utils import InferenceServerException
 
     client = th.InferenceServerClient(url, connection_timeout=10, network_timeout=30)
-    outs = [th.InferRequestedOutput("class"), th.InferRequestedOutput("exit")]
+    outs = [th.InferRequestedOutput("class", binary_data=binary), th.InferRequestedOutput("exit", binary_data=binary)]
     try:
         for k, t in enumerate(ts):
             dt = t0 + t - time.monotonic()
@@ -138,7 +144,7 @@ def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
                 time.sleep(dt)
             j = (dev * 7919 + k) % len(xte)
             inp = th.InferInput("input", [1, *xte.shape[1:]], "FP32")
-            inp.set_data_from_numpy(xte[j:j + 1])
+            inp.set_data_from_numpy(xte[j:j + 1], binary_data=binary)
             with tally.lock:
                 tally.sent += 1
             s = time.monotonic()
@@ -158,7 +164,7 @@ def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
 
 
 def _grpc_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.ndarray, dev: int, t0: float,
-                 tally: _Tally, headers: Any, params: Any, slo_s: float, duration_s: float) -> None:
+                 tally: _Tally, headers: Any, params: Any, slo_s: float, binary: bool) -> None:
     import tritonclient.grpc as tg
 
     client = tg.InferenceServerClient(url)
