@@ -31,11 +31,13 @@ import click
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None, help="TLS key (PEM)")
 @click.option("--pace", type=click.Choice(["board"]), default=None,
               help="hold each run for the board's modelled time (ModelDevice on a PC)")
+@click.option("--stop-after", type=float, default=None,
+              help="drain and exit after this many seconds (scripts; --device rtl, where SIGTERM cannot reach it)")
 @click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
 def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optional[str], uio: str, policy: str,
               slo: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
               grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-              pace: Optional[str], as_json: bool) -> None:
+              pace: Optional[str], stop_after: Optional[float], as_json: bool) -> None:
     """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM."""
     from fluidnpu.cli import _emit_json, err
     from fluidnpu.errors import FluidError
@@ -45,7 +47,7 @@ def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optiona
         rep = serve_command(device=device, design=design, bitstream=bitstream, model=model, policy=policy,
                             slo_ms=slo, max_queue=max_queue, tau=tau, bmax=bmax, host=host, http_port=http_port,
                             grpc_port=grpc_port, token_file=token_file, tls_cert=tls_cert, tls_key=tls_key,
-                            pace=pace, uio=uio)
+                            pace=pace, uio=uio, stop_after_s=stop_after)
     except ModuleNotFoundError as exc:
         raise FluidError(f"`fluidnpu serve` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
     except OSError as exc:

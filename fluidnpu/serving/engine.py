@@ -154,6 +154,7 @@ class ServingEngine:
         self.draining = False
         self._waiting: set[_Pending] = set()
         self._thread: Optional[threading.Thread] = None
+        self.running = False
         self.loop_error: Optional[BaseException] = None
         self.report: Any = None
         # fastest a sample can leave (first exit alone) and the device time per sample at full batches
@@ -167,11 +168,15 @@ class ServingEngine:
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> "ServingEngine":
-        self._thread = threading.Thread(target=self._loop, name="fluidnpu-scheduler", daemon=True)
+        """Run the scheduler loop in a thread of its own (in-process use); `drain()` stops it."""
+        self._thread = threading.Thread(target=self.run, name="fluidnpu-scheduler", daemon=True)
         self._thread.start()
         return self
 
-    def _loop(self) -> None:
+    def run(self) -> None:
+        """The scheduler loop, in the calling thread, until `begin_drain()` and the last admitted sample
+        left. The device is only ever touched from this thread (the RTL simulation needs that)."""
+        self.running = True
         try:
             self.report = serve(self.policy, self.backend, self.source, WallClock())
         except BaseException as exc:                      # the loop died: fail everyone waiting, never hang
@@ -180,12 +185,18 @@ class ServingEngine:
                 self.draining = True
             for p in list(self._waiting):
                 self._finish(p, None, f"scheduler stopped: {type(exc).__name__}: {exc}", time.monotonic())
+        finally:
+            self.running = False
 
-    def drain(self, timeout_s: float = 30.0) -> bool:
-        """Stop admitting, let every admitted sample leave, stop the loop. True if it drained in time."""
+    def begin_drain(self) -> None:
+        """Stop admitting; the loop ends once every admitted sample has left."""
         with self._lock:
             self.draining = True
         self.source.close()
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """`begin_drain()` and wait for the loop started by `start()`. True if it drained in time."""
+        self.begin_drain()
         if self._thread is not None:
             self._thread.join(timeout_s)
             return not self._thread.is_alive()
@@ -193,7 +204,7 @@ class ServingEngine:
 
     @property
     def ready(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and not self.draining
+        return self.running and not self.draining
 
     # ---- admission ----------------------------------------------------------------------------
     def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:

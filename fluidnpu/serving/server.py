@@ -22,6 +22,7 @@ import dataclasses
 import json
 import signal
 import sys
+import threading
 import time
 from typing import Any, Optional
 
@@ -101,11 +102,12 @@ class _Uvicorn:
         return Quiet(config)
 
 
-async def _serve_async(server: Server, cfg: dict[str, Any]) -> dict[str, Any]:
+async def _transports(server: Server, cfg: dict[str, Any], started: threading.Event,
+                      stop: list) -> dict[str, Any]:
+    """HTTP and gRPC in one asyncio loop (a thread beside the scheduler's) until `stop[0]` is set."""
     from fluidnpu.serving.grpc_api import start_grpc
     from fluidnpu.serving.http_api import build_app
 
-    engine = server.engine
     http = _Uvicorn.make(build_app(server), cfg["host"], cfg["http_port"], server.tls)
     http_task = asyncio.ensure_future(http.serve())
     while not http.started:
@@ -113,43 +115,59 @@ async def _serve_async(server: Server, cfg: dict[str, Any]) -> dict[str, Any]:
             http_task.result()
             raise FluidError(f"cannot serve HTTP on {cfg['host']}:{cfg['http_port']}")
         await asyncio.sleep(0.01)
-    http_port = http.servers[0].sockets[0].getsockname()[1]
     grpc_srv = await start_grpc(server, cfg["host"], cfg["grpc_port"])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(RuntimeError, ValueError, NotImplementedError):   # not the main thread
-            loop.add_signal_handler(sig, stop.set)
-    engine.start()
-    print(json.dumps({"serving": server.model.name, "host": cfg["host"], "http_port": http_port,
-                      "grpc_port": cfg["grpc_port"], "device": cfg["device"], "policy": cfg["policy"],
-                      "bmax": engine.runtime.bmax, "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
-    stop_after = cfg.get("stop_after_s")
-    try:
-        await asyncio.wait_for(stop.wait(), stop_after) if stop_after else await stop.wait()
-    except asyncio.TimeoutError:
-        pass
-    # drain: refuse new samples, answer every admitted one, then close the transports
-    t0 = time.monotonic()
-    await loop.run_in_executor(None, engine.drain, cfg.get("drain_s", 30.0))
+    stop.append(asyncio.Event())
+    stop.append(asyncio.get_running_loop())
+    stop.append(http.servers[0].sockets[0].getsockname()[1])
+    started.set()
+    await stop[0].wait()
     await asyncio.sleep(0.05)                  # let the last answers be written
     await grpc_srv.stop(5.0)
     http.should_exit = True
     await http_task
-    counters = engine.check_counters()
-    return {"drained_s": time.monotonic() - t0, "counters": counters,
-            "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
+    return {}
 
 
 def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Serve until SIGTERM on one NpuDriver (module-level: it also runs inside the RTL simulation)."""
+    """Serve until SIGTERM on one NpuDriver (module-level: it also runs inside the RTL simulation).
+
+    The scheduler loop runs in this thread (the only one that touches the device); the transports
+    run in a second thread. SIGTERM/SIGINT (when this is the main thread) start the drain."""
     engine, model, metrics = build_engine(driver, cfg)
     # the scheduler thread shares the GIL with the transports' event loop: hand it over every 0.5 ms, not 5 ms
     sys.setswitchinterval(5e-4)
     server = Server(engine, model, cfg["token"], cfg["tls"], metrics)
-    rep = asyncio.run(_serve_async(server, cfg))
+    started, stop, failed = threading.Event(), [], []
+
+    def transports() -> None:
+        try:
+            asyncio.run(_transports(server, cfg, started, stop))
+        except BaseException as exc:   # noqa: BLE001 - reported by the main thread
+            failed.append(exc)
+            started.set()
+
+    th = threading.Thread(target=transports, name="fluidnpu-transports", daemon=True)
+    th.start()
+    started.wait()
+    if failed:
+        raise failed[0]
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            # never drain inside the handler: it may interrupt the loop while it holds the engine's lock
+            signal.signal(sig, lambda *_: threading.Thread(target=engine.begin_drain, daemon=True).start())
+    if cfg.get("stop_after_s"):
+        threading.Timer(cfg["stop_after_s"], engine.begin_drain).start()
+    print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": cfg["grpc_port"],
+                      "device": cfg["device"], "policy": cfg["policy"], "bmax": engine.runtime.bmax,
+                      "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
+    engine.run()                                        # until drained
+    t0 = time.monotonic()
+    stop[1].call_soon_threadsafe(stop[0].set)
+    th.join(30)
+    counters = engine.check_counters()
     engine.runtime.release()
-    return rep
+    return {"drained_s": time.monotonic() - t0, "counters": counters,
+            "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
 
 
 def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str], model: str, policy: str,
@@ -164,6 +182,8 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
 
     policy = policy_spec(policy).name
     check_positive(slo_ms, "--slo (ms)")
+    if stop_after_s is not None:
+        check_positive(stop_after_s, "--stop-after (s)")
     check_tau(tau)
     for port, what in ((http_port, "--http-port"), (grpc_port, "--grpc-port")):
         if not 0 <= port <= 65535:
