@@ -392,3 +392,58 @@ def test_device_fault_answers_with_error_and_serving_resumes(data):
             assert engine.drain(30)
         c = engine.check_counters()
         assert c["errors"] == 3 and c["answered"] == 3 and c["inflight"] == 0
+
+
+# ---------------------------------------------------------------- the RTL simulation behind the server
+def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
+    """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
+    generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""
+    pytest.importorskip("cocotb")
+    _, xte, _ = data
+    pred, exits, logits = reference
+    pick = np.concatenate([np.flatnonzero(exits == e)[:2] for e in range(exits.max() + 1)])   # every exit
+    hport, gport = _free_port(), _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "rtl", "--http-port",
+                             str(hport), "--grpc-port", str(gport), "--slo", "100000", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        client = th.InferenceServerClient(f"127.0.0.1:{hport}", network_timeout=300)
+        t_end = time.monotonic() + 600                     # a fresh Verilator build takes minutes on 2 cores
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            try:
+                if client.is_model_ready(MODEL):
+                    break
+            except Exception:                              # not listening yet
+                pass
+            assert time.monotonic() < t_end, "RTL server did not become ready"
+            time.sleep(0.5)
+        inp = th.InferInput("input", [len(pick), 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[pick])
+        r = client.infer(MODEL, [inp])
+        client.close()
+        np.testing.assert_array_equal(r.as_numpy("logits"), logits[pick])            # bit-identical
+        np.testing.assert_array_equal(r.as_numpy("exit"), exits[pick])
+        got = {}
+        g = tg.InferenceServerClient(f"127.0.0.1:{gport}")
+        g.start_stream(callback=lambda result, error: got.__setitem__(result.get_response().id, result))
+        for k in pick[:3]:
+            gi = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+            gi.set_data_from_numpy(xte[k:k + 1])
+            g.async_stream_infer(MODEL, [gi], request_id=str(k))
+        t_end = time.monotonic() + 120
+        while len(got) < 3 and time.monotonic() < t_end:
+            time.sleep(0.05)
+        g.stop_stream()
+        g.close()
+        for k in pick[:3]:
+            np.testing.assert_array_equal(got[str(k)].as_numpy("logits")[0], logits[k])
+        proc.send_signal(signal.SIGTERM)                   # the parent relays it into the simulation
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        rep = json.loads(out[out.index('{\n'):])
+        assert rep["counters"]["admitted"] == rep["counters"]["answered"] == len(pick) + 3
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()

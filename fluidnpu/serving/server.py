@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
@@ -128,6 +129,12 @@ async def _transports(server: Server, cfg: dict[str, Any], started: threading.Ev
     return {}
 
 
+def _watch_stop_file(path: str, engine: Any) -> None:
+    while not os.path.exists(path) and not engine.draining:
+        time.sleep(0.05)
+    engine.begin_drain()
+
+
 def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     """Serve until SIGTERM on one NpuDriver (module-level: it also runs inside the RTL simulation).
 
@@ -157,6 +164,8 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
             signal.signal(sig, lambda *_: threading.Thread(target=engine.begin_drain, daemon=True).start())
     if cfg.get("stop_after_s"):
         threading.Timer(cfg["stop_after_s"], engine.begin_drain).start()
+    if cfg.get("stop_file"):                            # inside the RTL simulation: the parent's SIGTERM
+        threading.Thread(target=_watch_stop_file, args=(cfg["stop_file"], engine), daemon=True).start()
     print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": cfg["grpc_port"],
                       "device": cfg["device"], "policy": cfg["policy"], "bmax": engine.runtime.bmax,
                       "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
@@ -222,9 +231,17 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
            "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
            "calib_reps": 5 if device == "model" else 1, "stop_after_s": stop_after_s}
     if device == "rtl":
+        import tempfile
+
         from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
 
-        return run_with_rtl(bundle.data, serve_on_driver, cfg)
+        # the server runs inside the simulator's bridge thread, where no signal handler can be set: this
+        # process turns SIGTERM/SIGINT into a file the server watches, then waits for its drain
+        with tempfile.TemporaryDirectory(prefix="fluidnpu_serve_") as tmp:
+            cfg["stop_file"] = os.path.join(tmp, "stop")
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: open(cfg["stop_file"], "w").close())
+            return run_with_rtl(bundle.data, serve_on_driver, cfg)
     from fluidnpu.host_driver.driver import NpuDriver
 
     if device == "model":
