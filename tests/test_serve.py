@@ -39,7 +39,8 @@ def _free_port() -> int:
 class ServerProcess:
     """`fluidnpu serve` in a subprocess; `info` is its start-up JSON line."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, ssl_ctx=None) -> None:
+        self.ssl_ctx = ssl_ctx
         self.grpc_port = _free_port()
         cmd = [sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "model", "--http-port", "0",
                "--grpc-port", str(self.grpc_port), "--json", *args]
@@ -102,10 +103,16 @@ def server():
     assert c["admitted"] == c["answered"] + c.get("errors", 0) and c["inflight"] == 0
 
 
+def _conn(srv: ServerProcess) -> http.client.HTTPConnection:
+    if srv.ssl_ctx is not None:
+        return http.client.HTTPSConnection("127.0.0.1", srv.info["http_port"], timeout=10, context=srv.ssl_ctx)
+    return http.client.HTTPConnection("127.0.0.1", srv.info["http_port"], timeout=10)
+
+
 def _metrics(srv: ServerProcess, token: str | None = None) -> dict:
     from fluidnpu.serving.metrics import ServeMetrics
 
-    conn = http.client.HTTPConnection("127.0.0.1", srv.info["http_port"], timeout=10)
+    conn = _conn(srv)
     conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
     body = conn.getresponse().read().decode()
     conn.close()
@@ -113,7 +120,7 @@ def _metrics(srv: ServerProcess, token: str | None = None) -> dict:
 
 
 def _post(srv: ServerProcess, path: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", srv.info["http_port"], timeout=10)
+    conn = _conn(srv)
     conn.request("POST", path, body=body, headers=headers or {"Content-Type": "application/json"})
     r = conn.getresponse()
     status, payload = r.status, r.read()
@@ -274,14 +281,26 @@ def test_client_disconnect_leaves_others_unaffected(server, data, reference):
 # ---------------------------------------------------------------- auth and TLS
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
+    """A server with a bearer token and TLS on both ports (a self-signed certificate for 127.0.0.1)."""
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
     d = tmp_path_factory.mktemp("auth")
     (d / "token").write_text("s3cret\n")
-    srv = ServerProcess("--token-file", str(d / "token"))
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    srv = ServerProcess("--token-file", str(d / "token"), "--tls-cert", str(cert), "--tls-key", str(key),
+                        ssl_ctx=ssl.create_default_context(cafile=str(cert)))
+    srv.cert = cert
     yield srv
     srv.stop()
 
 
-def test_token_auth_http_and_grpc(secured, data):
+def test_token_auth_and_tls_http_and_grpc(secured, data):
     _, xte, _ = data
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
                                    "data": xte[0].ravel().tolist()}]}).encode()
@@ -293,7 +312,11 @@ def test_token_auth_http_and_grpc(secured, data):
     code, payload = _post(secured, path, body, {"Authorization": "Bearer s3cret"})
     assert code == 200
     assert _metrics(secured, "s3cret")["fluidnpu_admitted_total"] == 1       # the refused ones never queued
-    client = tg.InferenceServerClient(secured.grpc)
+    with pytest.raises(http.client.RemoteDisconnected):              # plain HTTP on the TLS port: refused
+        plain = http.client.HTTPConnection("127.0.0.1", secured.info["http_port"], timeout=10)
+        plain.request("GET", "/v2/health/live")
+        plain.getresponse()
+    client = tg.InferenceServerClient(secured.grpc, ssl=True, root_certificates=str(secured.cert))
     inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
     inp.set_data_from_numpy(xte[:1])
     with pytest.raises(InferenceServerException) as exc:
@@ -447,3 +470,15 @@ def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+
+
+def test_edge_cli_json_report(server):
+    for proto, url in (("http-json", server.http), ("grpc-stream", server.grpc)):
+        r = subprocess.run([sys.executable, "-m", "fluidnpu.cli", "edge", "--url", url, "--protocol", proto,
+                            "--pattern", "bursty", "--devices", "2", "--rate", "100", "--duration", "1", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rep = json.loads(r.stdout)
+        assert rep["sent"] == rep["answered"] > 20 and rep["lost"] == rep["errors"] == rep["rejected"] == 0
+        assert rep["accuracy"] > 0.85 and sum(rep["exits"].values()) == rep["answered"]
+        assert rep["latency_ms"]["p50"] > 0 and rep["overhead_ms"]["p50"] >= 0
