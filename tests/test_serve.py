@@ -482,3 +482,60 @@ def test_edge_cli_json_report(server):
         assert rep["sent"] == rep["answered"] > 20 and rep["lost"] == rep["errors"] == rep["rejected"] == 0
         assert rep["accuracy"] > 0.85 and sum(rep["exits"].values()) == rep["answered"]
         assert rep["latency_ms"]["p50"] > 0 and rep["overhead_ms"]["p50"] >= 0
+
+
+# ---------------------------------------------------------------- "flash with PYNQ, then stream" against the fake pynq
+def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch):
+    """`serve --device pynq --bitstream --design`: the .hwh is checked, the overlay downloaded, then the
+    server answers tritonclient with ModelDevice's results (the suite's fake pynq over a ModelDevice)."""
+    import importlib.util
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.serving.server import serve_command
+
+    spec = importlib.util.spec_from_file_location("_fake_pynq", Path(__file__).with_name("test_pynq_device.py"))
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    bundle = D.default_design(4)
+    pynq = fake.make_fake_pynq(ModelDevice(bundle))
+    monkeypatch.setitem(sys.modules, "pynq", pynq)
+    (tmp_path / "design.json").write_text(json.dumps(bundle.data))
+    (tmp_path / "npu.bit").write_bytes(b"\0" * 16)
+    (tmp_path / "npu.hwh").write_text(fake._hwh())
+    hport, gport, stop = _free_port(), _free_port(), tmp_path / "stop"
+    result: dict = {}
+
+    def run():
+        try:
+            result["rep"] = serve_command(device="pynq", design=str(tmp_path / "design.json"),
+                                          bitstream=str(tmp_path / "npu.bit"), model=MODEL, policy="fluidb",
+                                          slo_ms=5000, max_queue=64, tau=0.8, bmax=None, host="127.0.0.1",
+                                          http_port=hport, grpc_port=gport, token_file=None, tls_cert=None,
+                                          tls_key=None, pace=None, uio="", stop_file=str(stop))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            result["exc"] = exc
+
+    th_ = threading.Thread(target=run, daemon=True)
+    th_.start()
+    try:
+        client = th.InferenceServerClient(f"127.0.0.1:{hport}")
+        t_end = time.monotonic() + 60
+        while "exc" not in result and time.monotonic() < t_end:
+            try:
+                if client.is_model_ready(MODEL):
+                    break
+            except Exception:
+                time.sleep(0.1)
+        assert "exc" not in result, result.get("exc")
+        assert pynq.calls["overlay"] == 1 and pynq.calls["download"] == 1
+        _, xte, _ = data
+        inp = th.InferInput("input", [16, 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[:16])
+        r = client.infer(MODEL, [inp])
+        client.close()
+        np.testing.assert_array_equal(r.as_numpy("logits"), reference[2][:16])
+    finally:
+        stop.write_text("")
+        th_.join(60)
+    assert result["rep"]["counters"]["answered"] == 16

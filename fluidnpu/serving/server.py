@@ -142,7 +142,15 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     run in a second thread. SIGTERM/SIGINT (when this is the main thread) start the drain."""
     engine, model, metrics = build_engine(driver, cfg)
     # the scheduler thread shares the GIL with the transports' event loop: hand it over every 0.5 ms, not 5 ms
+    switch = sys.getswitchinterval()
     sys.setswitchinterval(5e-4)
+    try:
+        return _serve(engine, model, metrics, cfg)
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     server = Server(engine, model, cfg["token"], cfg["tls"], metrics)
     started, stop, failed = threading.Event(), [], []
 
@@ -182,8 +190,10 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str], model: str, policy: str,
                   slo_ms: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
                   grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-                  pace: Optional[str], uio: str, stop_after_s: Optional[float] = None) -> dict[str, Any]:
-    """Check the options, open the device, serve until SIGTERM; the final counters."""
+                  pace: Optional[str], uio: str, stop_after_s: Optional[float] = None,
+                  stop_file: Optional[str] = None) -> dict[str, Any]:
+    """Check the options, open the device, serve until SIGTERM (or `stop_file` appears: for callers that
+    run the server in a thread of their own); the final counters."""
     from fluidnpu.host_driver.cli import _check_design, load_network
     from fluidnpu.quantize import check_tau
     from fluidnpu.scheduler_fw.policy import check_positive
@@ -229,7 +239,7 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
            "host": host, "http_port": http_port, "grpc_port": grpc_port, "token": token, "tls": tls,
            "probe": xte[:1], "timeout_s": 2.0 if device != "rtl" else 600.0,
            "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1, "stop_after_s": stop_after_s}
+           "calib_reps": 5 if device == "model" else 1, "stop_after_s": stop_after_s, "stop_file": stop_file}
     if device == "rtl":
         import tempfile
 
