@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 import platform
 import signal
@@ -113,13 +114,8 @@ def main() -> None:
             prog.advance(task)
         finally:
             final_overload = stop_server(proc)
-    machine = f"{platform.machine()}, {platform.processor() or platform.node()}, Python {platform.python_version()}"
-    try:
-        import os
-
-        machine += f", {os.cpu_count()} logical CPUs (shared)"
-    except Exception:
-        pass
+    machine = (f"{platform.machine()}, {platform.processor() or platform.node()}, Python {platform.python_version()}, "
+               f"{os.cpu_count()} logical CPUs")
     from rich.table import Table
 
     t = Table(title=f"fluidnpu serve on loopback, ModelDevice, digits-ee, {a.rate:g} req/s offered, SLO {a.slo:g} ms")

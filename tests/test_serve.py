@@ -377,8 +377,6 @@ def test_overload_rejects_explicitly_and_sigterm_drains(data):
 
 
 def test_serve_bad_options_exit_2(tmp_path):
-    from click.testing import CliRunner  # noqa: F401  (the real entry point is used below)
-
     empty = tmp_path / "t"
     empty.write_text("")
     for args, words in ((["--slo", "0"], "--slo"), (["--token-file", str(empty)], "empty"),

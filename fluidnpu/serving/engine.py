@@ -27,7 +27,7 @@ import concurrent.futures as cf
 from dataclasses import dataclass, field
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 

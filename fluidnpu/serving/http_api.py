@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fluidnpu.errors import FluidError
