@@ -32,7 +32,7 @@ TYPECHECK := $(BUILD)/typecheck
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check --quiet .
 	rm -rf $(TYPECHECK)/fluidnpu && mkdir -p $(TYPECHECK)/fluidnpu
-	for f in fluidnpu/*.py fluidnpu/zoo dse hw hls_gen boards host_driver scheduler_fw sim_tb; do \
+	for f in fluidnpu/*.py fluidnpu/zoo fluidnpu/serving dse hw hls_gen boards host_driver scheduler_fw sim_tb; do \
 		ln -s $(CURDIR)/$$f $(TYPECHECK)/fluidnpu/$$(basename $$f); done
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir .mypy_cache -p fluidnpu
 
@@ -44,6 +44,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_rtl_gen.py
 	$(BIN)/python benchmarks/bench_host_driver.py
 	$(BIN)/python benchmarks/bench_runtime.py
+	$(BIN)/python benchmarks/bench_serving.py
 
 ## make bench-gpu: the GPU backend's benchmarks (DVABatch, TurboTransformers' DP) into docs/figures/gpu; needs a GPU for the real figures
 bench-gpu: $(VENV)/.installed-dev

@@ -274,6 +274,7 @@ _COMMAND_MODULES = (
     "fluidnpu.hls_gen.cli",
     "fluidnpu.scheduler_fw.gpu.cli",
     "fluidnpu.host_driver.cli",
+    "fluidnpu.serving.cli",
 )
 
 

@@ -1,0 +1,154 @@
+"""Benchmark of `fluidnpu serve` on loopback against in-process `fluidnpu run` at the same rate.
+
+    python benchmarks/bench_serving.py [--rate 400] [--duration 5] [--out docs/figures/serving]
+
+Starts `fluidnpu serve --device model` as a real process (127.0.0.1, free
+ports), then drives it with `fluidnpu edge` (tritonclient) over HTTP JSON,
+HTTP binary and gRPC streams at RATE requests/s, one sample per request;
+then a sustained run at 1,000 samples/s over gRPC streams, and an overload
+run (10x the device's capacity under --pace board, --max-queue 16) with the
+server's resident memory before and after. Prints a table and writes
+serving.json and serving.md to --out. Figures: requests/s answered, client
+p50/p99, the server's own overhead per request (handling time minus the
+scheduler's admission-to-exit time, from the response parameters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+from rich.console import Console
+from rich.progress import Progress
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(*args: str) -> tuple[subprocess.Popen, dict, int]:
+    gport = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--http-port", "0", "--grpc-port",
+                             str(gport), "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = [""]
+    t = threading.Thread(target=lambda: line.__setitem__(0, proc.stdout.readline()), daemon=True)
+    t.start()
+    t.join(120)
+    if not line[0]:
+        proc.kill()
+        raise SystemExit(f"server did not start: {proc.stderr.read()[-2000:]}")
+    return proc, json.loads(line[0]), gport
+
+
+def stop_server(proc: subprocess.Popen) -> dict:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    if proc.returncode != 0:
+        raise SystemExit(f"server exited {proc.returncode}: {err[-2000:]}")
+    return json.loads(out)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> None:
+    from fluidnpu.host_driver.serving import serve_report
+    from fluidnpu.serving.edge import run_swarm
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=400.0)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--slo", type=float, default=50.0)
+    ap.add_argument("--out", default="docs/figures/serving")
+    a = ap.parse_args()
+    con = Console()
+    rows: dict[str, dict] = {}
+    with Progress(console=con) as prog:
+        task = prog.add_task("serving benchmark", total=6)
+        n = int(a.rate * a.duration)
+        rep = serve_report(device="model", rate=a.rate, slo_ms=a.slo, samples=n)
+        rows["in-process fluidnpu run"] = {"sent": rep["sent"], "answered": rep["answered"], "rejected": 0,
+                                           "lost": rep["sent"] - rep["answered"] - rep["rejected"],
+                                           "answered_per_s": rep["throughput"],
+                                           "p50_ms": rep["latency_ms"]["p50"], "p99_ms": rep["latency_ms"]["p99"],
+                                           "overhead_p50_ms": None, "overhead_p99_ms": None}
+        prog.advance(task)
+        proc, info, gport = start_server("--slo", str(a.slo), "--max-queue", "256")
+        try:
+            for name, proto, url in (("HTTP JSON", "http-json", f"127.0.0.1:{info['http_port']}"),
+                                     ("HTTP binary", "http", f"127.0.0.1:{info['http_port']}"),
+                                     ("gRPC stream", "grpc-stream", f"127.0.0.1:{gport}")):
+                r = run_swarm(url, protocol=proto, devices=8, rate=a.rate, duration_s=a.duration, slo_ms=a.slo)
+                rows[name] = _row(r)
+                prog.advance(task)
+            r = run_swarm(f"127.0.0.1:{gport}", protocol="grpc-stream", devices=8, rate=1000.0,
+                          duration_s=max(a.duration, 10.0), slo_ms=a.slo)
+            rows["gRPC stream, 1000/s sustained"] = _row(r)
+            prog.advance(task)
+        finally:
+            final = stop_server(proc)
+        proc, info, gport = start_server("--slo", str(a.slo), "--max-queue", "16", "--pace", "board")
+        try:
+            rss0 = rss_kib(proc.pid)
+            r = run_swarm(f"127.0.0.1:{gport}", protocol="grpc-stream", devices=8, rate=5000.0,
+                          duration_s=10.0, slo_ms=a.slo)
+            rss1 = rss_kib(proc.pid)
+            rows["overload: 5000/s offered for 10 s, --max-queue 16"] = _row(r) | {
+                "server_rss_mib_before": rss0 / 1024, "server_rss_mib_after": rss1 / 1024,
+                "server_p99_ms": r["server_latency_ms"]["p99"], "rejected_by_reason": r["rejected_by_reason"]}
+            prog.advance(task)
+        finally:
+            final_overload = stop_server(proc)
+    machine = (f"{platform.machine()}, {platform.processor() or platform.node()}, Python {platform.python_version()}, "
+               f"{os.cpu_count()} logical CPUs")
+    from rich.table import Table
+
+    t = Table(title=f"fluidnpu serve on loopback, ModelDevice, digits-ee, {a.rate:g} req/s offered, SLO {a.slo:g} ms")
+    for c in ("path", "sent", "answered", "rejected", "lost", "answered/s", "p50 ms", "p99 ms", "server overhead p50/p99 ms"):
+        t.add_column(c)
+    md = ["| path | sent | answered | rejected | lost | answered/s | p50 ms | p99 ms | server overhead p50 / p99 ms |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    for k, r in rows.items():
+        ov = "-" if r["overhead_p50_ms"] is None else f"{r['overhead_p50_ms']:.3f} / {r['overhead_p99_ms']:.3f}"
+        cells = [k, str(r["sent"]), str(r["answered"]), str(r["rejected"]), str(r["lost"]),
+                 f"{r['answered_per_s']:.1f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", ov]
+        t.add_row(*cells)
+        md.append("| " + " | ".join(cells) + " |")
+    con.print(t)
+    ov = rows["overload: 5000/s offered for 10 s, --max-queue 16"]
+    con.print(f"overload: server RSS {ov['server_rss_mib_before']:.1f} -> {ov['server_rss_mib_after']:.1f} MiB, "
+              f"admitted p99 in the server {ov['server_p99_ms']:.2f} ms, rejected {ov['rejected_by_reason']}")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "serving.json").write_text(json.dumps({"machine": machine, "rate": a.rate, "slo_ms": a.slo, "rows": rows,
+                                                  "server_counters": final["counters"],
+                                                  "overload_server_counters": final_overload["counters"]},
+                                                 indent=1))
+    (out / "serving.md").write_text(f"Machine: {machine}\n\n" + "\n".join(md) + "\n")
+    con.print(f"wrote {out}/serving.json and serving.md ({machine})")
+
+
+def _row(r: dict) -> dict:
+    return {"sent": r["sent"], "answered": r["answered"], "rejected": r["rejected"], "lost": r["lost"],
+            "errors": r["errors"], "answered_per_s": r["answered_per_s"], "p50_ms": r["latency_ms"]["p50"] or 0.0,
+            "p99_ms": r["latency_ms"]["p99"] or 0.0, "overhead_p50_ms": r["overhead_ms"]["p50"],
+            "overhead_p99_ms": r["overhead_ms"]["p99"], "server_p50_ms": r["server_latency_ms"]["p50"],
+            "server_p99_ms_all": r["server_latency_ms"]["p99"]}
+
+
+if __name__ == "__main__":
+    main()

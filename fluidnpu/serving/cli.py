@@ -1,0 +1,116 @@
+"""`fluidnpu serve` and `fluidnpu edge` (registered by fluidnpu/cli.py through `commands`).
+
+Only click is imported here; the server and client libraries (the `serve`
+extra) are imported when a command runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import click
+
+
+@click.command("serve", short_help="Serve the NPU over KServe v2 (HTTP + gRPC) to edge devices.")
+@click.option("--device", type=click.Choice(["model", "rtl", "pynq", "devmem"]), default="model", show_default=True,
+              help="model: bit-accurate numpy NPU; rtl: Verilator sim; pynq: flash --bitstream; devmem: UIO")
+@click.option("--model", "-m", default="digits-ee", show_default=True, help="runtime model")
+@click.option("--design", type=click.Path(dir_okay=False), default=None, help="design bundle (required on a board)")
+@click.option("--bitstream", type=click.Path(dir_okay=False), default=None, help="npu.bit (--device pynq)")
+@click.option("--uio", default="/dev/uio0", show_default=True, help="the NPU's UIO device (--device devmem)")
+@click.option("--policy", "-p", default="fluidb", show_default=True, help="scheduling policy")
+@click.option("--slo", type=float, default=50.0, show_default=True, help="default per-request deadline (ms)")
+@click.option("--max-queue", type=int, default=64, show_default=True, help="samples admitted and not yet answered")
+@click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
+@click.option("--bmax", type=int, default=None, help="largest batch (default: the design's)")
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
+@click.option("--http-port", type=int, default=8000, show_default=True, help="HTTP port (0: any free port)")
+@click.option("--grpc-port", type=int, default=8001, show_default=True, help="gRPC port")
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token required")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), default=None, help="TLS certificate (PEM)")
+@click.option("--tls-key", type=click.Path(dir_okay=False), default=None, help="TLS key (PEM)")
+@click.option("--pace", type=click.Choice(["board"]), default=None,
+              help="hold each run for the board's modelled time (ModelDevice on a PC)")
+@click.option("--stop-after", type=float, default=None,
+              help="drain and exit after this many seconds (scripts; --device rtl, where SIGTERM cannot reach it)")
+@click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
+def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optional[str], uio: str, policy: str,
+              slo: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
+              grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
+              pace: Optional[str], stop_after: Optional[float], as_json: bool) -> None:
+    """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM."""
+    from fluidnpu.cli import _emit_json, err
+    from fluidnpu.errors import FluidError
+    from fluidnpu.serving.server import serve_command
+
+    try:
+        rep = serve_command(device=device, design=design, bitstream=bitstream, model=model, policy=policy,
+                            slo_ms=slo, max_queue=max_queue, tau=tau, bmax=bmax, host=host, http_port=http_port,
+                            grpc_port=grpc_port, token_file=token_file, tls_cert=tls_cert, tls_key=tls_key,
+                            pace=pace, uio=uio, stop_after_s=stop_after)
+    except ModuleNotFoundError as exc:
+        raise FluidError(f"`fluidnpu serve` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
+    except OSError as exc:
+        raise FluidError(f"cannot serve: {exc}") from None
+    if as_json:
+        _emit_json(rep)
+    else:
+        c = rep["counters"]
+        err.print(f"drained in {rep['drained_s']:.2f} s: admitted {c.get('admitted', 0)}, answered "
+                  f"{c.get('answered', 0)}, errors {c.get('errors', 0)}, rejected "
+                  + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_")))
+
+
+@click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
+@click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
+@click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
+              show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
+@click.option("--devices", type=int, default=4, show_default=True, help="edge devices (one client each)")
+@click.option("--rate", type=float, default=200.0, show_default=True, help="total mean requests/s")
+@click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
+@click.option("--duration", type=float, default=5.0, show_default=True, help="seconds of sending")
+@click.option("--model", "-m", default="digits-ee", show_default=True)
+@click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token to send")
+@click.option("--deadline", type=float, default=None, help="per-request deadline (ms) sent to the server")
+@click.option("--slo", type=float, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
+def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, pattern: str, duration: float,
+             model: str, token_file: Optional[str], deadline: Optional[float], slo: float, seed: int,
+             as_json: bool) -> None:
+    """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back."""
+    from fluidnpu.cli import _emit_json, out
+    from fluidnpu.errors import FluidError
+    from fluidnpu.serving.edge import run_swarm
+
+    token = None
+    if token_file:
+        try:
+            token = open(token_file, encoding="utf-8").read().strip()
+        except OSError as exc:
+            raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+    url = url or ("127.0.0.1:8001" if protocol == "grpc-stream" else "127.0.0.1:8000")
+    try:
+        rep = run_swarm(url, protocol=protocol, devices=devices, rate=rate, duration_s=duration, pattern=pattern,
+                        model=model, token=token, deadline_ms=deadline, slo_ms=slo, seed=seed)
+    except ModuleNotFoundError as exc:
+        raise FluidError(f"`fluidnpu edge` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
+    if as_json:
+        _emit_json(rep)
+        return
+    lat = rep["latency_ms"]
+    out.print(f"{rep['devices']} edge devices, {rep['protocol']}, {rep['pattern']} {rep['rate']:g} req/s for "
+              f"{rep['duration_s']:g} s")
+    out.print(f"sent {rep['sent']}, answered {rep['answered']} ({rep['answered_per_s']:.1f}/s), rejected "
+              f"{rep['rejected']} {rep['rejected_by_reason']}, errors {rep['errors']}, lost {rep['lost']}")
+    if rep["answered"]:
+        sl = rep["server_latency_ms"]
+        out.print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms (in the server: "
+                  f"p50 {sl['p50']:.2f} ms, p99 {sl['p99']:.2f} ms); SLO "
+                  f"{rep['slo_ms']:g} ms violated {rep['slo_violations']} times; accuracy "
+                  f"{100 * rep['accuracy']:.2f} %; exits {rep['exits']}")
+    for m in rep["error_messages"]:
+        out.print(f"  error: {m}")
+
+
+commands: list[Any] = [serve_cmd, edge_cmd]

@@ -1,0 +1,294 @@
+"""The serving engine: one device, one scheduler queue, many clients.
+
+Every request from every transport (HTTP, gRPC, gRPC stream) is split into
+its samples, and each sample enters the **one** `RequestQueue` of the serving
+loop of `fluidnpu run` (scheduler_fw/serving.py `serve`), which runs in a
+thread on a `WallClock` with the chosen policy (FluidB by default). So
+samples of different edge devices batch together and leave at their exits.
+
+The transports only see `ServingEngine.submit`, which either admits a
+sample (and returns a `concurrent.futures.Future` answered when the sample
+leaves the network, or with a device error) or raises `Rejected` with a
+reason: `queue_full` (the bounded admission queue, `--max-queue`),
+`deadline` (the latency table says the request cannot meet its deadline
+behind the samples already admitted), `draining` (SIGTERM). Every sample
+ends answered or rejected; `counters` add up (`check_counters`).
+
+A client that goes away leaves its samples to run; their results are
+dropped when they come back (`dropped`), nothing else is affected.
+
+Board-side code: numpy + the host driver; no server library is imported here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+import concurrent.futures as cf
+from dataclasses import dataclass, field
+import threading
+import time
+from typing import Any, Optional
+
+import numpy as np
+
+from fluidnpu.errors import FluidError
+from fluidnpu.scheduler_fw.device_backend import DeviceBackend, Request
+from fluidnpu.scheduler_fw.serving import ArrivalSource, Clock, WallClock, serve
+
+
+class Rejected(Exception):
+    """A sample the engine will not admit; `reason` is one of REASONS."""
+
+    REASONS = ("queue_full", "deadline", "draining")
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class SampleResult:
+    """What the engine hands back for one sample."""
+
+    pred: int
+    exit: int
+    logits: np.ndarray
+    arrival: float                 # time.monotonic() at admission
+    done: float                    # time.monotonic() when its exit was decided
+    error: Optional[str] = None
+
+    @property
+    def latency_s(self) -> float:
+        return self.done - self.arrival
+
+
+class QueueSource(ArrivalSource):
+    """Arrivals pushed by client threads; `close()` ends the loop once everything admitted has left."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._items: list[tuple[float, Any]] = []
+        self.closed = False
+
+    def push(self, payload: Any) -> float:
+        with self._cv:
+            t = time.monotonic()
+            self._items.append((t, payload))
+            self._cv.notify()
+        return t
+
+    def close(self) -> None:
+        with self._cv:
+            self.closed = True
+            self._cv.notify()
+
+    def poll(self, now: float) -> list[tuple[float, Any]]:
+        with self._cv:
+            items, self._items = self._items, []
+        return items
+
+    def wait(self, clock: Clock, until: float | None) -> bool:
+        with self._cv:
+            if self._items:
+                return True
+            if until is None:
+                if self.closed:
+                    return False
+                self._cv.wait()
+            else:
+                dt = until - time.monotonic()
+                if dt > 0:
+                    self._cv.wait(dt)
+        return True
+
+
+@dataclass(eq=False)
+class _Pending(Request):
+    """A `Request` of the device backend plus the future its client waits on."""
+
+    future: cf.Future = field(default_factory=cf.Future)
+    arrival: float = 0.0
+
+
+class _ServingBackend(DeviceBackend):
+    """DeviceBackend that answers each sample the moment its exit is decided (not in arrival order), and
+    with `pace_hz` holds each run for the device's modelled cycles at the board clock."""
+
+    def __init__(self, runtime: Any, table: Any, engine: "ServingEngine", pace_hz: Optional[float]) -> None:
+        super().__init__(runtime, table)
+        self.engine = engine
+        self.pace_hz = pace_hz
+
+    def run(self, start: int, stop: int, batch: Any) -> Any:
+        t0 = time.perf_counter()
+        cyc0 = self.runtime.device_cycles
+        res = super().run(start, stop, batch)
+        if self.pace_hz:
+            hold = (self.runtime.device_cycles - cyc0) / self.pace_hz - (time.perf_counter() - t0)
+            if hold > 0:
+                time.sleep(hold)
+                res.seconds = time.perf_counter() - t0
+        self.engine._on_run(len(batch), res)
+        now = time.monotonic()
+        for smp, ex, _ in res.exited:
+            self.engine._answer(smp.payload, ex, now)
+        return res
+
+
+class ServingEngine:
+    """One device and one scheduler behind `submit` (see the module docstring)."""
+
+    def __init__(self, runtime: Any, table: Any, policy: Any, *, slo_s: float, max_queue: int,
+                 pace_hz: Optional[float] = None, metrics: Any = None) -> None:
+        if max_queue < 1:
+            raise FluidError(f"--max-queue must be >= 1, got {max_queue}")
+        self.runtime, self.table, self.policy = runtime, table, policy
+        self.slo_s, self.max_queue = slo_s, int(max_queue)
+        self.backend = _ServingBackend(runtime, table, self, pace_hz)
+        self.source = QueueSource()
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self.inflight = 0
+        self.counters: Counter[str] = Counter()
+        self.exits: Counter[int] = Counter()
+        self.draining = False
+        self._waiting: set[_Pending] = set()
+        self._thread: Optional[threading.Thread] = None
+        self.running = False
+        self.loop_error: Optional[BaseException] = None
+        self.report: Any = None
+        # fastest a sample can leave (first exit alone) and the device time per sample at full batches
+        self._first_exit_s = table.span(0, 0, 1)
+        self._full_batch_s = 1.0 / table.full_batch_capacity()
+        # measured wall time per answered sample while busy (the table does not see the transports' share of
+        # the CPU): admission uses the larger of the two
+        self._svc_s = 0.0
+        self._busy_since: Optional[float] = None
+        self._acc_s, self._acc_n = 0.0, 0
+
+    # ---- life cycle ---------------------------------------------------------------------------
+    def start(self) -> "ServingEngine":
+        """Run the scheduler loop in a thread of its own (in-process use); `drain()` stops it."""
+        self._thread = threading.Thread(target=self.run, name="fluidnpu-scheduler", daemon=True)
+        self._thread.start()
+        return self
+
+    def run(self) -> None:
+        """The scheduler loop, in the calling thread, until `begin_drain()` and the last admitted sample
+        left. The device is only ever touched from this thread (the RTL simulation needs that)."""
+        self.running = True
+        try:
+            self.report = serve(self.policy, self.backend, self.source, WallClock())
+        except BaseException as exc:                      # the loop died: fail everyone waiting, never hang
+            self.loop_error = exc
+            with self._lock:
+                self.draining = True
+            for p in list(self._waiting):
+                self._finish(p, None, f"scheduler stopped: {type(exc).__name__}: {exc}", time.monotonic())
+        finally:
+            self.running = False
+
+    def begin_drain(self) -> None:
+        """Stop admitting; the loop ends once every admitted sample has left."""
+        with self._lock:
+            self.draining = True
+        self.source.close()
+
+    def drain(self, timeout_s: float = 30.0) -> bool:
+        """`begin_drain()` and wait for the loop started by `start()`. True if it drained in time."""
+        self.begin_drain()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            return not self._thread.is_alive()
+        return True
+
+    @property
+    def ready(self) -> bool:
+        return self.running and not self.draining
+
+    # ---- admission ----------------------------------------------------------------------------
+    def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:
+        """Admit one float sample (H, W, C); `Rejected` if it cannot be; FluidError if it is malformed."""
+        deadline = self.slo_s if deadline_s is None else deadline_s
+        with self._lock:
+            if self.draining:
+                self._reject("draining", "the server is shutting down")
+            if self.inflight >= self.max_queue:
+                self._reject("queue_full", f"admission queue full ({self.max_queue} samples in flight)")
+            wait = self._first_exit_s + self.inflight * max(self._full_batch_s, self._svc_s)
+            if wait > deadline:
+                self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: "
+                                         f"{self.inflight} samples ahead, estimated {wait * 1e3:.2f} ms")
+            state = self.runtime.new_sample(x)          # FluidError on a bad sample: nothing admitted
+            p = _Pending(index=self.counters["admitted"], state=state)
+            self.inflight += 1
+            self.counters["admitted"] += 1
+            self._waiting.add(p)
+            if self.metrics:
+                self.metrics.admitted.inc()
+                self.metrics.queue_depth.set(self.inflight)
+        p.arrival = self.source.push(p)
+        return p.future
+
+    def _reject(self, reason: str, message: str) -> None:
+        self.counters[f"rejected_{reason}"] += 1
+        if self.metrics:
+            self.metrics.rejected.labels(reason).inc()
+        raise Rejected(reason, message)
+
+    # ---- results (scheduler thread) -----------------------------------------------------------
+    def _on_run(self, b: int, res: Any) -> None:
+        now = time.monotonic()
+        n = len(res.exited)
+        with self._lock:
+            if self._busy_since is not None:
+                self._acc_s += now - self._busy_since
+                self._acc_n += n
+                if self._acc_n >= 16:
+                    est = self._acc_s / self._acc_n
+                    self._svc_s = 0.7 * self._svc_s + 0.3 * est if self._svc_s else est
+                    self._acc_s, self._acc_n = 0.0, 0
+            self._busy_since = now if self.inflight > n else None
+        if self.metrics:
+            self.metrics.batch.observe(b)
+            self.metrics.busy.inc(res.seconds)
+            self.metrics.preemptions.set(self.policy.preemptions)
+
+    def _answer(self, p: _Pending, ex: int, now: float) -> None:
+        st = p.state
+        self._finish(p, SampleResult(int(st.pred) if st.pred is not None else -1, int(ex),
+                                     np.asarray(st.logits if st.logits is not None else [], dtype=np.float32),
+                                     p.arrival, now, p.error), p.error, now)
+
+    def _finish(self, p: _Pending, result: Optional[SampleResult], error: Optional[str], now: float) -> None:
+        with self._lock:
+            if p not in self._waiting:
+                return
+            self._waiting.discard(p)
+            self.inflight -= 1
+            p.answered += 1
+            self.counters["errors" if error else "answered"] += 1
+            if result is not None and not error:
+                self.exits[result.exit] += 1
+            if self.metrics:
+                self.metrics.queue_depth.set(self.inflight)
+                if error:
+                    self.metrics.errors.inc()
+                else:
+                    self.metrics.exits.labels(str(result.exit)).inc()
+                    self.metrics.latency.observe(result.latency_s)
+        if result is None:
+            result = SampleResult(-1, -1, np.zeros(0, np.float32), p.arrival, now, error)
+        if not p.future.set_running_or_notify_cancel():    # the client went away
+            with self._lock:
+                self.counters["dropped"] += 1
+            return
+        p.future.set_result(result)
+
+    def check_counters(self) -> dict[str, int]:
+        """The counters, after asserting admitted = answered + errors + in flight."""
+        with self._lock:
+            c = dict(self.counters)
+            if c.get("admitted", 0) != c.get("answered", 0) + c.get("errors", 0) + self.inflight:
+                raise RuntimeError(f"serving counters do not add up: {c}, {self.inflight} in flight")
+            return c | {"inflight": self.inflight}

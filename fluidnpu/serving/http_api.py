@@ -1,0 +1,227 @@
+"""HTTP/REST transport of the Open Inference protocol (Starlette on uvicorn).
+
+Routes: GET /v2, /v2/health/live, /v2/health/ready, /v2/models/{name}[/versions/{v}],
+/v2/models/{name}[/versions/{v}]/ready, POST /v2/models/{name}[/versions/{v}]/infer, GET /metrics.
+The infer body is JSON, or JSON followed by raw tensors (the binary-tensor
+extension tritonclient uses: `Inference-Header-Content-Length` gives the JSON
+part's length, each binary input carries `binary_data_size`); outputs come
+back binary when the request asks for it. Starlette parses HTTP; this module
+only reads the protocol's JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from fluidnpu.errors import FluidError
+from fluidnpu.serving.engine import Rejected
+from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
+                                       timing_params)
+
+HEADER_LEN = "inference-header-content-length"
+MAX_BODY_BYTES = 4 << 20
+_DT = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
+
+
+def _error(status: int, msg: str) -> JSONResponse:
+    return JSONResponse({"error": msg}, status_code=status)
+
+
+def build_app(server: Any) -> Starlette:
+    """The ASGI app of `server` (a serving.server.Server: engine, model, token, metrics)."""
+    model, engine = server.model, server.engine
+
+    async def live(request: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(request: Request) -> Response:
+        return JSONResponse({"ready": engine.ready}, status_code=200 if engine.ready else 503)
+
+    async def server_meta(request: Request) -> Response:
+        return JSONResponse({"name": "fluidnpu", "version": "0.1.0", "extensions": ["binary_tensor_data"]})
+
+    def _model(request: Request) -> None:
+        model.check_name(request.path_params["name"], request.path_params.get("version"))
+
+    async def model_meta(request: Request) -> Response:
+        try:
+            _model(request)
+        except NotFound as exc:
+            return _error(404, str(exc))
+        return JSONResponse(model.metadata())
+
+    async def model_ready(request: Request) -> Response:
+        try:
+            _model(request)
+        except NotFound as exc:
+            return _error(404, str(exc))
+        return JSONResponse({"name": model.name, "ready": engine.ready}, status_code=200 if engine.ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        body, ctype = server.metrics.exposition()
+        return Response(body, media_type=ctype)
+
+    async def infer(request: Request) -> Response:
+        t_recv = time.monotonic()
+        try:
+            _model(request)
+            body = await _read_body(request)
+            req, binary = _split(body, request.headers.get(HEADER_LEN))
+            x, deadline, want_binary, outs = _decode(model, req, binary, engine.slo_s)
+        except NotFound as exc:
+            return _error(404, str(exc))
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        try:
+            futs = [engine.submit(xi, deadline) for xi in x]
+        except Rejected as exc:
+            return _error(429 if exc.reason == "deadline" else 503, f"rejected ({exc.reason}): {exc}")
+        except FluidError as exc:
+            return _error(400, str(exc))
+        waits = [asyncio.wrap_future(f) for f in futs]
+        try:
+            results = await asyncio.gather(*waits)
+        except asyncio.CancelledError:          # the client went away: drop its results
+            for f in futs:
+                f.cancel()
+            raise
+        errors = [r.error for r in results if r.error]
+        if errors:
+            return _error(500, f"device error: {errors[0]}")
+        arrays = output_arrays(results, model.n_classes)
+        params = timing_params(results, t_recv, time.monotonic(), deadline)
+        return _encode(model, req.get("id"), arrays, outs, want_binary, params)
+
+    routes = [Route("/v2", server_meta), Route("/v2/health/live", live), Route("/v2/health/ready", ready),
+              Route("/metrics", metrics)]
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        routes += [Route(base, model_meta), Route(base + "/ready", model_ready),
+                   Route(base + "/infer", infer, methods=["POST"])]
+    app = Starlette(routes=routes)
+    if server.token:
+        app.add_middleware(_TokenAuth, token=server.token)
+    return app
+
+
+class _TokenAuth:
+    """Bearer-token check before any route (health probes excepted): 401, and the queue never sees it."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app, self.expect = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not scope["path"].startswith("/v2/health/"):
+            auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+            import hmac
+
+            if not hmac.compare_digest(auth, self.expect):
+                await _error(401, "missing or wrong bearer token")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise BadRequest(f"request body of {declared} bytes exceeds the limit of {MAX_BODY_BYTES}")
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > MAX_BODY_BYTES:
+            raise BadRequest(f"request body exceeds the limit of {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _split(body: bytes, header_len: Any) -> tuple[dict, bytes]:
+    if header_len is not None:
+        try:
+            n = int(header_len)
+        except ValueError:
+            raise BadRequest(f"Inference-Header-Content-Length is not an integer: {header_len!r}") from None
+        if not 0 < n <= len(body):
+            raise BadRequest(f"Inference-Header-Content-Length {n} is outside the body of {len(body)} bytes")
+        head, binary = body[:n], body[n:]
+    else:
+        head, binary = body, b""
+    try:
+        req = json.loads(head)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise BadRequest("the request must be a JSON object")
+    return req, binary
+
+
+def _decode(model: Any, req: dict, binary: bytes, slo_s: float) -> tuple[np.ndarray, float, bool, dict[str, bool]]:
+    inputs = req.get("inputs")
+    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
+        raise BadRequest("the request needs exactly one input tensor in 'inputs'")
+    t = inputs[0]
+    params = t.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise BadRequest("input 'parameters' must be an object")
+    shape = t.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(v, int) for v in shape):
+        raise BadRequest("input 'shape' must be a list of integers")
+    if "binary_data_size" in params:
+        size = params["binary_data_size"]
+        if not isinstance(size, int) or size != len(binary):
+            raise BadRequest(f"binary_data_size {size!r} does not match the {len(binary)} binary bytes sent")
+        data: Any = binary
+    else:
+        if binary:
+            raise BadRequest("binary data sent but no input has binary_data_size")
+        if "data" not in t:
+            raise BadRequest("input has neither 'data' nor binary_data_size")
+        data = t["data"]
+    x = model.check_input(t.get("name"), t.get("datatype"), shape, data)
+    rp = req.get("parameters") or {}
+    if not isinstance(rp, dict):
+        raise BadRequest("request 'parameters' must be an object")
+    deadline = deadline_s(rp.get(DEADLINE_PARAM), slo_s)
+    default_binary = bool(rp.get("binary_data_output", False))
+    outs: dict[str, bool] = {}
+    requested = req.get("outputs")
+    if requested is None:
+        outs = {n: default_binary for n in model.check_outputs([])}
+    else:
+        if not isinstance(requested, list) or not all(isinstance(o, dict) for o in requested):
+            raise BadRequest("'outputs' must be a list of objects")
+        names = model.check_outputs([o.get("name") for o in requested])
+        for o, n in zip(requested, names):
+            outs[n] = bool((o.get("parameters") or {}).get("binary_data", default_binary))
+    return x, deadline, any(outs.values()), outs
+
+
+def _encode(model: Any, req_id: Any, arrays: dict[str, np.ndarray], outs: dict[str, bool], want_binary: bool,
+            params: dict[str, Any]) -> Response:
+    body: dict[str, Any] = {"model_name": model.name, "model_version": model.version, "parameters": params,
+                            "outputs": []}
+    if req_id is not None:
+        body["id"] = req_id
+    blobs = []
+    for name, binary in outs.items():
+        a = arrays[name]
+        o: dict[str, Any] = {"name": name, "datatype": _DT[a.dtype], "shape": list(a.shape)}
+        if binary:
+            raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+            o["parameters"] = {"binary_data_size": len(raw)}
+            blobs.append(raw)
+        else:
+            o["data"] = a.reshape(-1).tolist()
+        body["outputs"].append(o)
+    head = json.dumps(body, separators=(",", ":")).encode()
+    if not want_binary:
+        return Response(head, media_type="application/json")
+    return Response(head + b"".join(blobs), media_type="application/octet-stream",
+                    headers={"Inference-Header-Content-Length": str(len(head))})

@@ -1,0 +1,124 @@
+"""The Open Inference (KServe v2) model of `fluidnpu serve`, independent of the transport.
+
+The input is what an edge device sends: raw images as float32 in the data
+set's own shape and scale (digits-ee: 8x8x1 pixel values 0-16), a batch of
+N >= 1 per request, quantised in the server. Outputs per sample: `class`
+(INT32), `exit` (INT32, which exit answered), `logits` (FP32, the exit head's).
+Both transports call `check_input` and `outputs`; every malformed request is a
+`BadRequest` with a one-line message (HTTP 400, gRPC INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+INPUT = "input"
+OUTPUTS = ("class", "exit", "logits")
+MAX_SAMPLES_PER_REQUEST = 256
+DEADLINE_PARAM = "deadline_ms"
+
+_NP = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "INT64": np.int64, "FP16": np.float16,
+       "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "UINT16": np.uint16}
+
+
+class BadRequest(ValueError):
+    """A request the server cannot run (400 / INVALID_ARGUMENT); the server keeps serving."""
+
+
+class ServedModel:
+    """Name, version, input shape and metadata of the model the server runs."""
+
+    def __init__(self, name: str, input_hwc: Sequence[int], n_classes: int, n_exits: int) -> None:
+        self.name = name
+        self.version = "1"
+        self.input_hwc = tuple(int(v) for v in input_hwc)
+        self.n_classes = int(n_classes)
+        self.n_exits = int(n_exits)
+
+    def metadata(self) -> dict[str, Any]:
+        return {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
+                "inputs": [{"name": INPUT, "datatype": "FP32", "shape": [-1, *self.input_hwc]}],
+                "outputs": [{"name": "class", "datatype": "INT32", "shape": [-1]},
+                            {"name": "exit", "datatype": "INT32", "shape": [-1]},
+                            {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}]}
+
+    def check_name(self, name: str, version: Optional[str] = None) -> None:
+        if name != self.name:
+            raise NotFound(f"unknown model {name!r}; this server serves {self.name!r}")
+        if version not in (None, "", self.version):
+            raise NotFound(f"unknown version {version!r} of {self.name!r}; served: {self.version}")
+
+    def check_input(self, name: str, datatype: str, shape: Sequence[int], data: Any) -> np.ndarray:
+        """The (N, H, W, C) float32 batch of one input tensor, or BadRequest."""
+        if name != INPUT:
+            raise BadRequest(f"unknown input {name!r}; the model's input is {INPUT!r}")
+        if datatype != "FP32":
+            raise BadRequest(f"input {INPUT!r} must be FP32, got {datatype}")
+        shape = [int(v) for v in shape]
+        if len(shape) != 1 + len(self.input_hwc) or tuple(shape[1:]) != self.input_hwc or shape[0] < 1:
+            raise BadRequest(f"input shape must be [N, {', '.join(map(str, self.input_hwc))}] with N >= 1, "
+                             f"got {shape}")
+        if shape[0] > MAX_SAMPLES_PER_REQUEST:
+            raise BadRequest(f"at most {MAX_SAMPLES_PER_REQUEST} samples per request, got {shape[0]}")
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            if len(data) != int(np.prod(shape)) * 4:
+                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape)) * 4} bytes, "
+                                 f"got {len(data)}")
+            arr = np.frombuffer(data, dtype="<f4")
+        else:
+            try:
+                arr = np.asarray(data, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise BadRequest(f"input {INPUT!r} data is not a list of numbers: {exc}") from None
+            if arr.size != int(np.prod(shape)):
+                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape))} values, "
+                                 f"got {arr.size}")
+        arr = arr.reshape(shape)
+        if not np.isfinite(arr).all():
+            raise BadRequest(f"input {INPUT!r} holds NaN or Inf")
+        return arr
+
+    def check_outputs(self, names: Sequence[str]) -> list[str]:
+        for n in names:
+            if n not in OUTPUTS:
+                raise BadRequest(f"unknown output {n!r}; the model's outputs are {', '.join(OUTPUTS)}")
+        return list(names) or list(OUTPUTS)
+
+
+class NotFound(BadRequest):
+    """Unknown model or version (HTTP 404 / gRPC NOT_FOUND)."""
+
+
+def deadline_s(value: Any, default_s: float) -> float:
+    """The request's deadline parameter (ms) in seconds, or the server's SLO."""
+    if value is None:
+        return default_s
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"parameter {DEADLINE_PARAM} must be a number of ms, got {value!r}") from None
+    if not v > 0 or not np.isfinite(v):
+        raise BadRequest(f"parameter {DEADLINE_PARAM} must be > 0 ms, got {value!r}")
+    return v / 1e3
+
+
+def output_arrays(results: Sequence[Any], n_classes: int) -> dict[str, np.ndarray]:
+    """The output tensors of a request's sample results (engine.SampleResult)."""
+    logits = np.zeros((len(results), n_classes), np.float32)
+    for i, r in enumerate(results):
+        if r.logits.size == n_classes:
+            logits[i] = r.logits
+    return {"class": np.array([r.pred for r in results], np.int32),
+            "exit": np.array([r.exit for r in results], np.int32), "logits": logits}
+
+
+def timing_params(results: Sequence[Any], t_received: float, t_sent: float, deadline: float) -> dict[str, Any]:
+    """Per-request timings for the response parameters (ms): the scheduler's latency (admission to
+    exit, worst sample), the server's whole handling time, and whether the deadline was missed."""
+    sched = max(r.latency_s for r in results)
+    total = t_sent - t_received
+    return {"queue_to_exit_ms": round(sched * 1e3, 4), "server_ms": round(total * 1e3, 4),
+            "overhead_ms": round(max(total - sched, 0.0) * 1e3, 4), "deadline_ms": round(deadline * 1e3, 4),
+            "deadline_missed": bool(total > deadline)}

@@ -1,0 +1,539 @@
+"""`fluidnpu serve` as a real process on loopback, driven by tritonclient (HTTP JSON, HTTP binary, gRPC streams).
+
+Each server binds 127.0.0.1 on free ports, is stopped by SIGTERM at the end
+of its module-scoped fixture (which asserts exit code 0 and counters that add
+up), and every request loop is bounded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from pathlib import Path
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("uvicorn")
+pytest.importorskip("grpc")
+th = pytest.importorskip("tritonclient.http")
+tg = pytest.importorskip("tritonclient.grpc")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+MODEL = "digits-ee"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`fluidnpu serve` in a subprocess; `info` is its start-up JSON line."""
+
+    def __init__(self, *args: str, ssl_ctx=None) -> None:
+        self.ssl_ctx = ssl_ctx
+        self.grpc_port = _free_port()
+        cmd = [sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "model", "--http-port", "0",
+               "--grpc-port", str(self.grpc_port), "--json", *args]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = [""]
+        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(120)
+        if not line[0]:
+            self.proc.kill()
+            raise RuntimeError(f"server did not start: {self.proc.stderr.read()[-2000:]}")
+        self.info = json.loads(line[0])
+        self.http = f"127.0.0.1:{self.info['http_port']}"
+        self.grpc = f"127.0.0.1:{self.grpc_port}"
+
+    def stop(self) -> dict:
+        """SIGTERM, wait for the drain; the final report (exit code must be 0)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            raise
+        assert self.proc.returncode == 0, err[-2000:]
+        return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def data():
+    from fluidnpu.host_driver.serving import load_network
+
+    _, qnet, xte, yte = load_network(MODEL)
+    return qnet, np.ascontiguousarray(xte, dtype=np.float32), yte
+
+
+@pytest.fixture(scope="module")
+def reference(data):
+    """What `fluidnpu run` computes for the test split: the same runtime on ModelDevice, default design."""
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.host_driver.runtime import NetworkRuntime
+
+    qnet, xte, _ = data
+    bundle = D.default_design(4)
+    with NpuDriver(ModelDevice(bundle), bundle) as drv:
+        states = NetworkRuntime(qnet, drv).infer(xte)
+    return (np.array([s.pred for s in states]), np.array([s.exit for s in states]),
+            np.stack([s.logits for s in states]).astype(np.float32))
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ServerProcess("--slo", "10000", "--max-queue", "512")
+    yield srv
+    rep = srv.stop()
+    c = rep["counters"]
+    assert c["admitted"] == c["answered"] + c.get("errors", 0) and c["inflight"] == 0
+
+
+def _conn(srv: ServerProcess) -> http.client.HTTPConnection:
+    if srv.ssl_ctx is not None:
+        return http.client.HTTPSConnection("127.0.0.1", srv.info["http_port"], timeout=10, context=srv.ssl_ctx)
+    return http.client.HTTPConnection("127.0.0.1", srv.info["http_port"], timeout=10)
+
+
+def _metrics(srv: ServerProcess, token: str | None = None) -> dict:
+    from fluidnpu.serving.metrics import ServeMetrics
+
+    conn = _conn(srv)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+    body = conn.getresponse().read().decode()
+    conn.close()
+    return ServeMetrics.parse(body)
+
+
+def _post(srv: ServerProcess, path: str, body: bytes, headers: dict | None = None) -> tuple[int, dict]:
+    conn = _conn(srv)
+    conn.request("POST", path, body=body, headers=headers or {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    status, payload = r.status, r.read()
+    conn.close()
+    return status, json.loads(payload)
+
+
+# ---------------------------------------------------------------- predictions equal `fluidnpu run`'s
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_http_predictions_equal_run(server, data, reference, binary):
+    _, xte, yte = data
+    pred, exits, logits = reference
+    client = th.InferenceServerClient(server.http, concurrency=1)
+    assert client.is_server_live() and client.is_model_ready(MODEL)
+    meta = client.get_model_metadata(MODEL)
+    assert meta["inputs"][0]["shape"] == [-1, 8, 8, 1] and meta["inputs"][0]["datatype"] == "FP32"
+    got_c, got_e, got_l = [], [], []
+    for k in range(0, len(xte), 32):                       # batches of 32: each sample queued on its own
+        inp = th.InferInput("input", [len(xte[k:k + 32]), 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[k:k + 32], binary_data=binary)
+        outs = [th.InferRequestedOutput(n, binary_data=binary) for n in ("class", "exit", "logits")]
+        r = client.infer(MODEL, [inp], outputs=outs)
+        got_c.append(r.as_numpy("class"))
+        got_e.append(r.as_numpy("exit"))
+        got_l.append(r.as_numpy("logits"))
+        params = r.get_response()["parameters"]
+        assert params["server_ms"] >= params["queue_to_exit_ms"] > 0
+    client.close()
+    np.testing.assert_array_equal(np.concatenate(got_c), pred)
+    np.testing.assert_array_equal(np.concatenate(got_e), exits)
+    np.testing.assert_array_equal(np.concatenate(got_l), logits)      # bit-identical
+    acc = float(np.mean(np.concatenate(got_c) == yte))
+    print(f"served accuracy {100 * acc:.2f} %, exits {np.bincount(np.concatenate(got_e)).tolist()}")
+    assert acc > 0.9
+
+
+def test_grpc_stream_predictions_equal_run(server, data, reference):
+    _, xte, _ = data
+    pred, exits, logits = reference
+    n = len(xte)
+    got: dict[int, tuple] = {}
+    errors = []
+    done = threading.Event()
+
+    def callback(result, error):
+        if error is not None:
+            errors.append(str(error))
+        else:
+            got[int(result.get_response().id)] = (result.as_numpy("class")[0], result.as_numpy("exit")[0],
+                                                  result.as_numpy("logits")[0])
+        if len(got) + len(errors) == n:
+            done.set()
+
+    client = tg.InferenceServerClient(server.grpc)
+    assert client.is_server_live() and client.is_model_ready(MODEL)
+    client.start_stream(callback=callback)
+    for k in range(n):                                     # one edge device, one stream, many samples
+        inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[k:k + 1])
+        client.async_stream_infer(MODEL, [inp], request_id=str(k))
+    assert done.wait(60), f"{len(got)} of {n} answered"
+    client.stop_stream()
+    client.close()
+    assert not errors
+    np.testing.assert_array_equal([got[k][0] for k in range(n)], pred)
+    np.testing.assert_array_equal([got[k][1] for k in range(n)], exits)
+    np.testing.assert_array_equal(np.stack([got[k][2] for k in range(n)]), logits)
+
+
+def test_grpc_unary_infer(server, data, reference):
+    _, xte, _ = data
+    client = tg.InferenceServerClient(server.grpc)
+    inp = tg.InferInput("input", [5, 8, 8, 1], "FP32")
+    inp.set_data_from_numpy(xte[:5])
+    r = client.infer(MODEL, [inp], parameters={"deadline_ms": 500.0})
+    np.testing.assert_array_equal(r.as_numpy("class"), reference[0][:5])
+    assert r.get_response().parameters["deadline_ms"].double_param == 500.0
+    client.close()
+
+
+# ---------------------------------------------------------------- bad requests: 400 / INVALID_ARGUMENT, server keeps serving
+def test_bad_requests_are_refused_and_server_keeps_serving(server, data):
+    _, xte, _ = data
+    ok = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": xte[0].ravel().tolist()}]}
+    infer = f"/v2/models/{MODEL}/infer"
+    before = _metrics(server)["fluidnpu_admitted_total"]
+    cases = [
+        ("/v2/models/nope/infer", json.dumps(ok).encode(), 404, "unknown model"),
+        (infer, b"{not json", 400, "malformed JSON"),
+        (infer, json.dumps({"inputs": [ok["inputs"][0] | {"shape": [1, 8, 8]}]}).encode(), 400, "input shape"),
+        (infer, json.dumps({"inputs": [ok["inputs"][0] | {"datatype": "INT32"}]}).encode(), 400, "FP32"),
+        (infer, json.dumps({"inputs": [ok["inputs"][0] | {"data": [1.0] * 63}]}).encode(), 400, "64 values"),
+        (infer, json.dumps({"inputs": [ok["inputs"][0] | {"data": ["x"] * 64}]}).encode(), 400, "not a list"),
+        (infer, json.dumps(ok | {"parameters": {"deadline_ms": -1}}).encode(), 400, "deadline_ms"),
+        (infer, json.dumps(ok | {"outputs": [{"name": "probs"}]}).encode(), 400, "unknown output"),
+        (infer, b" " * (5 << 20), 400, "exceeds the limit"),
+    ]
+    for path, body, status, words in cases:
+        code, payload = _post(server, path, body)
+        assert code == status and words in payload["error"], (words, code, payload)
+    # the binary extension with a wrong header length or size
+    hdr = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
+                                  "parameters": {"binary_data_size": 256}}]}).encode()
+    code, payload = _post(server, infer, hdr + b"\0" * 100, {"Inference-Header-Content-Length": str(len(hdr))})
+    assert code == 400 and "binary_data_size" in payload["error"]
+    assert _metrics(server)["fluidnpu_admitted_total"] == before          # nothing reached the queue
+    client = tg.InferenceServerClient(server.grpc)
+    inp = tg.InferInput("input", [1, 8, 8], "FP32")
+    inp.set_data_from_numpy(xte[:1, :, :, 0])
+    with pytest.raises(InferenceServerException) as exc:
+        client.infer(MODEL, [inp])
+    assert exc.value.status() == "StatusCode.INVALID_ARGUMENT" and "input shape" in exc.value.message()
+    with pytest.raises(InferenceServerException) as exc:
+        client.get_model_metadata("nope")
+    assert exc.value.status() == "StatusCode.NOT_FOUND"
+    code, payload = _post(server, infer, json.dumps(ok).encode())        # still serving
+    assert code == 200 and payload["outputs"][0]["name"] == "class"
+    client.close()
+
+
+# ---------------------------------------------------------------- disconnects
+def test_client_disconnect_leaves_others_unaffected(server, data, reference):
+    _, xte, _ = data
+    m0 = _metrics(server)
+    # HTTP: send a batch and hang up before the answer
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [64, 8, 8, 1],
+                                   "data": xte[:64].ravel().tolist()}]}).encode()
+    for _ in range(3):
+        conn = http.client.HTTPConnection("127.0.0.1", server.info["http_port"], timeout=10)
+        conn.request("POST", f"/v2/models/{MODEL}/infer", body=body, headers={"Content-Type": "application/json"})
+        conn.sock.shutdown(socket.SHUT_RDWR)
+        conn.close()
+    # gRPC: a stream cancelled mid-way
+    client = tg.InferenceServerClient(server.grpc)
+    client.start_stream(callback=lambda result, error: None)
+    for k in range(100):
+        inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[k:k + 1])
+        client.async_stream_infer(MODEL, [inp], request_id=str(k))
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    # another client is served correctly, and every admitted sample is accounted for
+    c2 = th.InferenceServerClient(server.http)
+    inp = th.InferInput("input", [8, 8, 8, 1], "FP32")
+    inp.set_data_from_numpy(xte[100:108])
+    np.testing.assert_array_equal(c2.infer(MODEL, [inp]).as_numpy("class"), reference[0][100:108])
+    c2.close()
+    deadline = time.monotonic() + 20
+    while _metrics(server)["fluidnpu_queue_depth"] > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    m = _metrics(server)
+    assert m["fluidnpu_queue_depth"] == 0
+    answered = sum(v for k, v in m.items() if k.startswith("fluidnpu_exits_total"))
+    assert m["fluidnpu_admitted_total"] == answered + m["fluidnpu_device_errors_total"]
+    assert m["fluidnpu_admitted_total"] - m0["fluidnpu_admitted_total"] >= 8
+
+
+# ---------------------------------------------------------------- auth and TLS
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    """A server with a bearer token and TLS on both ports (a self-signed certificate for 127.0.0.1)."""
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    d = tmp_path_factory.mktemp("auth")
+    (d / "token").write_text("s3cret\n")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True, timeout=60)
+    srv = ServerProcess("--token-file", str(d / "token"), "--tls-cert", str(cert), "--tls-key", str(key),
+                        ssl_ctx=ssl.create_default_context(cafile=str(cert)))
+    srv.cert = cert
+    yield srv
+    srv.stop()
+
+
+def test_token_auth_and_tls_http_and_grpc(secured, data):
+    _, xte, _ = data
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
+                                   "data": xte[0].ravel().tolist()}]}).encode()
+    path = f"/v2/models/{MODEL}/infer"
+    code, payload = _post(secured, path, body)
+    assert code == 401 and "token" in payload["error"]
+    code, _ = _post(secured, path, body, {"Authorization": "Bearer wrong"})
+    assert code == 401
+    code, payload = _post(secured, path, body, {"Authorization": "Bearer s3cret"})
+    assert code == 200
+    assert _metrics(secured, "s3cret")["fluidnpu_admitted_total"] == 1       # the refused ones never queued
+    with pytest.raises(http.client.RemoteDisconnected):              # plain HTTP on the TLS port: refused
+        plain = http.client.HTTPConnection("127.0.0.1", secured.info["http_port"], timeout=10)
+        plain.request("GET", "/v2/health/live")
+        plain.getresponse()
+    client = tg.InferenceServerClient(secured.grpc, ssl=True, root_certificates=str(secured.cert))
+    inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+    inp.set_data_from_numpy(xte[:1])
+    with pytest.raises(InferenceServerException) as exc:
+        client.infer(MODEL, [inp])
+    assert exc.value.status() == "StatusCode.UNAUTHENTICATED"
+    r = client.infer(MODEL, [inp], headers={"authorization": "Bearer s3cret"})
+    assert r.as_numpy("class").shape == (1,)
+    client.close()
+
+
+# ---------------------------------------------------------------- overload, then SIGTERM drains
+def test_overload_rejects_explicitly_and_sigterm_drains(data):
+    from fluidnpu.serving.edge import run_swarm
+
+    srv = ServerProcess("--max-queue", "16", "--slo", "250", "--pace", "board")
+    try:
+        rep = run_swarm(srv.grpc, protocol="grpc-stream", devices=4, rate=3000, duration_s=2.0, slo_ms=250)
+        assert rep["lost"] == 0 and rep["errors"] == 0
+        assert rep["sent"] == rep["answered"] + rep["rejected"]
+        assert rep["rejected"] > 0 and set(rep["rejected_by_reason"]) <= {"queue_full", "deadline"}
+        # the server's own latency of admitted requests stays within the SLO
+        assert rep["server_latency_ms"]["p99"] < 250
+        m = _metrics(srv)
+        rejected = sum(v for k, v in m.items() if k.startswith("fluidnpu_rejected_total"))
+        assert rejected == rep["rejected"] and m["fluidnpu_admitted_total"] == rep["answered"]
+        # SIGTERM while a stream is busy: every admitted sample is answered before the exit (code 0)
+        got, errs = [], []
+
+        def callback(result, error):
+            if error is not None:
+                errs.append(str(error))
+            elif result is not None:
+                got.append(result.get_response().id)
+
+        client = tg.InferenceServerClient(srv.grpc)
+        client.start_stream(callback=callback)
+        xte = data[1]
+        for k in range(60):
+            inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+            inp.set_data_from_numpy(xte[k:k + 1])
+            client.async_stream_infer(MODEL, [inp], request_id=str(k))
+            if k == 30:
+                t_end = time.monotonic() + 20
+                while len(got) < 10 and time.monotonic() < t_end:
+                    time.sleep(0.005)
+                srv.proc.send_signal(signal.SIGTERM)
+        final = srv.stop()
+        client.stop_stream()
+        client.close()
+        c = final["counters"]
+        assert c["inflight"] == 0 and c["admitted"] == c["answered"]
+        assert len(set(got)) == len(got) == c["admitted"] - rep["answered"] >= 10     # none lost, none twice
+        assert all("draining" in e or "UNAVAILABLE" in e or "closed" in e.lower() for e in errs), errs[:3]
+    finally:
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.communicate()
+
+
+def test_serve_bad_options_exit_2(tmp_path):
+    empty = tmp_path / "t"
+    empty.write_text("")
+    for args, words in ((["--slo", "0"], "--slo"), (["--token-file", str(empty)], "empty"),
+                        (["--tls-cert", "c.pem"], "--tls-key"), (["--device", "pynq"], "--design")):
+        r = subprocess.run([sys.executable, "-m", "fluidnpu.cli", "serve", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+# ---------------------------------------------------------------- device fault (in process: ModelDevice hangs)
+def test_device_fault_answers_with_error_and_serving_resumes(data):
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.serving.server import build_engine
+
+    qnet, xte, _ = data
+    bundle = D.default_design(4)
+    dev = ModelDevice(bundle)
+    cfg = {"qnet": qnet, "bundle": bundle, "bmax": 4, "tau": 0.8, "model": MODEL, "device": "model",
+           "policy": "fluidb", "slo_s": 5.0, "max_queue": 64, "pace": None, "probe": xte[:1], "timeout_s": 0.05,
+           "calib_sizes": [1, 4], "calib_reps": 1}
+    with NpuDriver(dev, bundle) as drv:
+        engine, _, _ = build_engine(drv, cfg)
+        engine.start()
+        try:
+            dev.hang = "soft"
+            bad = [engine.submit(x).result(30) for x in xte[:3]]
+            assert all(r.error and "Timeout" in r.error for r in bad)
+            dev.hang = None
+            good = [engine.submit(x).result(30) for x in xte[:3]]
+            assert all(r.error is None for r in good)
+        finally:
+            assert engine.drain(30)
+        c = engine.check_counters()
+        assert c["errors"] == 3 and c["answered"] == 3 and c["inflight"] == 0
+
+
+# ---------------------------------------------------------------- the RTL simulation behind the server
+def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
+    """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
+    generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""
+    pytest.importorskip("cocotb")
+    _, xte, _ = data
+    pred, exits, logits = reference
+    pick = np.concatenate([np.flatnonzero(exits == e)[:2] for e in range(exits.max() + 1)])   # every exit
+    hport, gport = _free_port(), _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "rtl", "--http-port",
+                             str(hport), "--grpc-port", str(gport), "--slo", "100000", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        client = th.InferenceServerClient(f"127.0.0.1:{hport}", network_timeout=300)
+        t_end = time.monotonic() + 600                     # a fresh Verilator build takes minutes on 2 cores
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            try:
+                if client.is_model_ready(MODEL):
+                    break
+            except Exception:                              # not listening yet
+                pass
+            assert time.monotonic() < t_end, "RTL server did not become ready"
+            time.sleep(0.5)
+        inp = th.InferInput("input", [len(pick), 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[pick])
+        r = client.infer(MODEL, [inp])
+        client.close()
+        np.testing.assert_array_equal(r.as_numpy("logits"), logits[pick])            # bit-identical
+        np.testing.assert_array_equal(r.as_numpy("exit"), exits[pick])
+        got = {}
+        g = tg.InferenceServerClient(f"127.0.0.1:{gport}")
+        g.start_stream(callback=lambda result, error: got.__setitem__(result.get_response().id, result))
+        for k in pick[:3]:
+            gi = tg.InferInput("input", [1, 8, 8, 1], "FP32")
+            gi.set_data_from_numpy(xte[k:k + 1])
+            g.async_stream_infer(MODEL, [gi], request_id=str(k))
+        t_end = time.monotonic() + 120
+        while len(got) < 3 and time.monotonic() < t_end:
+            time.sleep(0.05)
+        g.stop_stream()
+        g.close()
+        for k in pick[:3]:
+            np.testing.assert_array_equal(got[str(k)].as_numpy("logits")[0], logits[k])
+        proc.send_signal(signal.SIGTERM)                   # the parent relays it into the simulation
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        rep = json.loads(out[out.index('{\n'):])
+        assert rep["counters"]["admitted"] == rep["counters"]["answered"] == len(pick) + 3
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def test_edge_cli_json_report(server):
+    for proto, url in (("http-json", server.http), ("grpc-stream", server.grpc)):
+        r = subprocess.run([sys.executable, "-m", "fluidnpu.cli", "edge", "--url", url, "--protocol", proto,
+                            "--pattern", "bursty", "--devices", "2", "--rate", "100", "--duration", "1", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rep = json.loads(r.stdout)
+        assert rep["sent"] == rep["answered"] > 20 and rep["lost"] == rep["errors"] == rep["rejected"] == 0
+        assert rep["accuracy"] > 0.85 and sum(rep["exits"].values()) == rep["answered"]
+        assert rep["latency_ms"]["p50"] > 0 and rep["overhead_ms"]["p50"] >= 0
+
+
+# ---------------------------------------------------------------- "flash with PYNQ, then stream" against the fake pynq
+def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch):
+    """`serve --device pynq --bitstream --design`: the .hwh is checked, the overlay downloaded, then the
+    server answers tritonclient with ModelDevice's results (the suite's fake pynq over a ModelDevice)."""
+    import importlib.util
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.serving.server import serve_command
+
+    spec = importlib.util.spec_from_file_location("_fake_pynq", Path(__file__).with_name("test_pynq_device.py"))
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    bundle = D.default_design(4)
+    pynq = fake.make_fake_pynq(ModelDevice(bundle))
+    monkeypatch.setitem(sys.modules, "pynq", pynq)
+    (tmp_path / "design.json").write_text(json.dumps(bundle.data))
+    (tmp_path / "npu.bit").write_bytes(b"\0" * 16)
+    (tmp_path / "npu.hwh").write_text(fake._hwh())
+    hport, gport, stop = _free_port(), _free_port(), tmp_path / "stop"
+    result: dict = {}
+
+    def run():
+        try:
+            result["rep"] = serve_command(device="pynq", design=str(tmp_path / "design.json"),
+                                          bitstream=str(tmp_path / "npu.bit"), model=MODEL, policy="fluidb",
+                                          slo_ms=5000, max_queue=64, tau=0.8, bmax=None, host="127.0.0.1",
+                                          http_port=hport, grpc_port=gport, token_file=None, tls_cert=None,
+                                          tls_key=None, pace=None, uio="", stop_file=str(stop))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            result["exc"] = exc
+
+    th_ = threading.Thread(target=run, daemon=True)
+    th_.start()
+    try:
+        client = th.InferenceServerClient(f"127.0.0.1:{hport}")
+        t_end = time.monotonic() + 60
+        while "exc" not in result and time.monotonic() < t_end:
+            try:
+                if client.is_model_ready(MODEL):
+                    break
+            except Exception:
+                time.sleep(0.1)
+        assert "exc" not in result, result.get("exc")
+        assert pynq.calls["overlay"] == 1 and pynq.calls["download"] == 1
+        _, xte, _ = data
+        inp = th.InferInput("input", [16, 8, 8, 1], "FP32")
+        inp.set_data_from_numpy(xte[:16])
+        r = client.infer(MODEL, [inp])
+        client.close()
+        np.testing.assert_array_equal(r.as_numpy("logits"), reference[2][:16])
+    finally:
+        stop.write_text("")
+        th_.join(60)
+    assert result["rep"]["counters"]["answered"] == 16
