@@ -1,0 +1,61 @@
+"""A plan as JSON (the format issue 13 fixes for other tools) and as the seed write-up prints it."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
+
+
+def plan_dict(plan: Plan, kinds: Sequence[DeviceKind]) -> dict[str, Any]:
+    """{"nodes": [...], "sessions": [...], "unplaced": [...], "devices": [...], "node_count", "lower_bound", ...}.
+
+    A session's rate on a node is the share of its load the node takes; its
+    served rate is batch / duty cycle (>= rate).
+    """
+    by_name = {k.name: k for k in kinds}
+    nodes = []
+    for n in plan.nodes:
+        nodes.append({
+            "device": n.device, "kind": by_name[n.device].kind, "duty_cycle_ms": n.duty_s * 1e3,
+            "switch_ms": n.switch_s * 1e3, "occupancy": n.occupancy, "saturated": n.saturated,
+            "sessions": [{"session": s.session, "model": s.model, "rate": s.rate, "batch": s.batch,
+                          "latency_ms": s.latency_s * 1e3, "occupancy": s.latency_s / n.duty_s,
+                          "served_rate": s.batch / n.duty_s, "slo_ms": s.slo_s * 1e3,
+                          "worst_latency_ms": (n.duty_s + s.latency_s) * 1e3} for s in n.slots]})
+    sessions = []
+    for s in plan.sessions:
+        sessions.append({"session": s.index, "model": s.model, "rate": s.rate, "slo_ms": s.slo_s * 1e3,
+                         "placed_rate": plan.placed_rate(s.index), "device": plan.kinds.get(s.index),
+                         "nodes": [i for i, n in enumerate(plan.nodes) if any(x.session == s.index for x in n.slots)]})
+    used = {k.name: sum(1 for n in plan.nodes if n.device == k.name) for k in kinds}
+    return {
+        "nodes": nodes, "sessions": sessions,
+        "unplaced": [{"session": u.session, "model": u.model, "rate": u.rate, "reason": u.reason}
+                     for u in plan.unplaced],
+        "devices": [{"name": k.name, "kind": k.kind, "count": k.count, "used": used[k.name], "detail": k.detail,
+                     "latency_ms": {m: [t * 1e3 for t in p.seconds] for m, p in k.profiles.items()},
+                     "switch_ms": {m: p.switch_s * 1e3 for m, p in k.profiles.items()}} for k in kinds],
+        "node_count": len(plan.nodes), "lower_bound": plan.lower_bound, "bound": plan.bound,
+    }
+
+
+def plan_text(d: dict[str, Any]) -> str:
+    """The seed's example format, one block per node, then the node count against its lower bound."""
+    kinds = {k["name"]: k for k in d["devices"]}
+    lines = []
+    for n in d["nodes"]:
+        k = kinds[n["device"]]
+        lines.append(f"Node device: {n['device']} ({k['detail']}), model switches: {n['switch_ms']:.2f}ms")
+        lines.append(f"Node duty cycle: {n['duty_cycle_ms']:.1f}ms, occupancy: {100 * n['occupancy']:.1f}%")
+        lines.append(f"Node sessions: {len(n['sessions'])}")
+        for i, s in enumerate(n["sessions"], start=1):
+            lines.append(f"session number {i} has occupancy: {100 * s['occupancy']:.1f}%")
+            lines.append(f"Model name: {s['model']}, SLO: {s['slo_ms']:g}ms, request rate: {s['rate']:.1f}, "
+                         f"batch size: {s['batch']}, batch latency: {s['latency_ms']:.2f}ms")
+    for u in d["unplaced"]:
+        lines.append(f"Unplaced: {u['model']} (session {u['session']}), request rate: {u['rate']:.1f}: {u['reason']}")
+    used = ", ".join(f"{k['name']} {k['used']}/{k['count']}" for k in d["devices"])
+    lines.append(f"Nodes: {d['node_count']} ({used}); lower bound Σ rate·ℓ(B)/B = {d['lower_bound']:.2f}; "
+                 f"Nexus bound (saturated nodes + one per residue) = {d['bound']}")
+    return "\n".join(lines)
