@@ -75,9 +75,12 @@ def test_plan_json(files, capsys):
     assert d["node_count"] == len(d["nodes"]) == 3   # the lower bound (3.7) counts the load the fleet cannot take
 
 
-def test_plan_prints_the_seed_format(files, capsys):
-    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"))
+def test_plan_prints_the_seed_format_and_plots(files, capsys):
+    png = files / "plan.png"
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--plot", str(png))
     assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for text in ("Node duty cycle:", "session number 1 has occupancy:", "Model name: resnet50", "lower bound",
                  "Unplaced: digits-ee"):
         assert text in out

@@ -59,3 +59,34 @@ def plan_text(d: dict[str, Any]) -> str:
     lines.append(f"Nodes: {d['node_count']} ({used}); lower bound Σ rate·ℓ(B)/B = {d['lower_bound']:.2f}; "
                  f"Nexus bound (saturated nodes + one per residue) = {d['bound']}")
     return "\n".join(lines)
+
+
+def plot_plan(d: dict[str, Any], path: str) -> None:
+    """One bar per node: each session's share of the duty cycle (labelled with its batch), then model switches."""
+    from fluidnpu.scheduler_fw.plots import _plt
+
+    plt = _plt()
+    models = sorted({s["model"] for n in d["nodes"] for s in n["sessions"]})
+    colours = {m: plt.cm.tab10(i % 10) for i, m in enumerate(models)}
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.45 * max(1, len(d["nodes"]))))
+    for i, n in enumerate(d["nodes"]):
+        left = 0.0
+        for s in n["sessions"]:
+            ax.barh(i, s["occupancy"], left=left, color=colours[s["model"]], edgecolor="white")
+            if s["occupancy"] > 0.06:
+                ax.text(left + s["occupancy"] / 2, i, f"b={s['batch']}", ha="center", va="center", fontsize=8)
+            left += s["occupancy"]
+        sw = n["switch_ms"] / n["duty_cycle_ms"]
+        if sw > 0:
+            ax.barh(i, sw, left=left, color="lightgrey", hatch="//", edgecolor="grey")
+        ax.text(1.01, i, f"d={n['duty_cycle_ms']:.3g} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(d["nodes"])), [f"{i}: {n['device']}" for i, n in enumerate(d["nodes"])])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.2)
+    ax.set_xlabel("share of the duty cycle (occupancy); hatched: model switches")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[m]) for m in models]
+    ax.legend(handles, models, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.set_title(f"{d['node_count']} nodes, lower bound {d['lower_bound']:.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
