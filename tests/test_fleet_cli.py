@@ -132,3 +132,15 @@ def test_bad_input_is_one_line_and_exit_2(files, capsys, what, sessions, fleet, 
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and message in err, err
     assert "Traceback" not in err
+
+
+def test_gpu_only_model_needs_no_npu_workload(files, capsys):
+    fleet = {"devices": [{"name": "zcu104-a", "design": "digits_zcu104.json", "count": 1},
+                         {"name": "gpu", "kind": "gpu", "profile": {"cnn": "r50_gpu.json"}, "count": 1}]}
+    (files / "fleet2.json").write_text(json.dumps(fleet))
+    (files / "s2.json").write_text(json.dumps([{"model": "cnn", "rate": 20, "slo_ms": 200}]))
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "s2.json"), "--fleet", str(files / "fleet2.json"),
+                              "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert [n["device"] for n in d["nodes"]] == ["gpu"] and d["unplaced"] == []

@@ -95,13 +95,26 @@ def load_fleet_file(path: str | Path) -> list[dict[str, Any]]:
 
 
 def device_kinds(devices: list[dict[str, Any]], models: list[str], early_exit: bool = True) -> list[DeviceKind]:
-    """One DeviceKind per fleet entry, with ℓ(b) of every session model it can run."""
+    """One DeviceKind per fleet entry, with ℓ(b) of every session model it can run.
+
+    A session model must be a zoo name or an ONNX path, unless a GPU profile names it: then it may be a
+    GPU-only model (one of the staged engine's workloads) that no NPU serves.
+    """
     from fluidnpu.cli import load_model
     from fluidnpu.host_driver.staged.slicing import StageProfile
     from fluidnpu.scheduler_fw.fleet.profiles import MMIO_WRITE_NS, gpu_profile, npu_profile
     from fluidnpu.scheduler_fw.latency import load_design
 
-    workloads = {m: load_model(m) for m in dict.fromkeys(models)}
+    on_gpu = {m for d in devices if d["kind"] == "gpu" for m in d["profile"]}
+    workloads = {}
+    for m in dict.fromkeys(models):
+        try:
+            workloads[m] = load_model(m)
+        except FluidError:
+            if m not in on_gpu:
+                raise
+            # a GPU-only model (e.g. the staged engine's bert/cnn/unet): no NPU workload for it
+    models = list(dict.fromkeys(models))
     kinds = []
     for d in devices:
         sw = d.get("switch_ms")
@@ -121,7 +134,7 @@ def device_kinds(devices: list[dict[str, Any]], models: list[str], early_exit: b
             detail = f"{bundle.workload.name} <{TR},{TP},{TC}> on {bundle.board.name} at {bundle.clock_mhz:g} MHz"
         else:
             for m, p in d["profile"].items():
-                if m not in workloads:
+                if m not in models:
                     continue
                 raw = _read_json(p, f"GPU profile of device {d['name']!r}:")
                 try:
