@@ -86,15 +86,25 @@ MODELS = ("m0", "m1", "m2")
 
 
 @st.composite
-def fleets(draw, min_count: int = 1, max_count: int = 1000):
+def monotone_profile(draw) -> Profile:
+    """Any non-decreasing ℓ(b) (throughput may fall with b, as an exit-aware ℓ with rounding can)."""
+    steps = draw(st.lists(st.floats(0.0, 20.0), min_size=1, max_size=12))
+    first = draw(st.floats(0.5, 30.0))
+    return Profile(tuple((first + sum(steps[:b])) / 1e3 for b in range(len(steps))),
+                   draw(st.sampled_from([0.0, 0.5, 3.0])) / 1e3)
+
+
+@st.composite
+def fleets(draw, min_count: int = 1, max_count: int = 1000, any_shape: bool = False):
     n_kinds = draw(st.integers(1, 3))
     kinds = []
     for i in range(n_kinds):
         profiles = {}
         for m in MODELS:
             if draw(st.booleans()) or i == 0:
-                profiles[m] = affine(draw(st.floats(0.5, 30)), draw(st.floats(0.1, 10)), draw(st.integers(1, 16)),
-                                     draw(st.sampled_from([0.0, 0.5, 3.0])))
+                profiles[m] = draw(monotone_profile()) if any_shape else affine(
+                    draw(st.floats(0.5, 30)), draw(st.floats(0.1, 10)), draw(st.integers(1, 16)),
+                    draw(st.sampled_from([0.0, 0.5, 3.0])))
         kinds.append(DeviceKind(f"k{i}", draw(st.integers(min_count, max_count)), profiles))
     sessions = draw(st.lists(st.builds(Session, st.sampled_from(MODELS), st.floats(0.1, 3000),
                                        st.floats(0.002, 2.0)), min_size=1, max_size=8))
@@ -118,7 +128,7 @@ def check_plan(p, sessions, kinds) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(fleets())
+@given(st.booleans().flatmap(lambda any_shape: fleets(any_shape=any_shape)))
 def test_plan_properties(case):
     sessions, kinds = case
     check_plan(plan(sessions, kinds), sessions, kinds)
