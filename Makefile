@@ -35,6 +35,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_rtl_gen.py
 	$(BIN)/python benchmarks/bench_host_driver.py
 	$(BIN)/python benchmarks/bench_runtime.py
+	$(BIN)/python benchmarks/bench_plan.py
 
 ## make bench-gpu: the GPU backend's benchmarks (DVABatch, TurboTransformers' DP) into docs/figures/gpu; needs a GPU for the real figures
 bench-gpu: $(VENV)/.installed-dev

@@ -156,15 +156,21 @@ def residue_slot(p: Profile, session: Session, rate: float) -> tuple[int, float]
     return best
 
 
-def merge(node: Node, slot_session: Session, rate: float, kind: DeviceKind) -> Node | None:
-    """MergeNodes: the node with the residue added, or None if a duty cycle or SLO would break."""
+def merge(node: Node, slot_session: Session, rate: float, kind: DeviceKind,
+          alone: tuple[int, float] | None = None) -> Node | None:
+    """MergeNodes: the node with the residue added, or None if a duty cycle or SLO would break.
+
+    `alone` is the residue's residue_slot on this kind, if the caller already has it.
+    """
     p = kind.profiles.get(slot_session.model)
     if p is None:
         return None
-    alone = residue_slot(p, slot_session, rate)
+    alone = alone or residue_slot(p, slot_session, rate)
     if alone is None:
         return None
     d = min(node.duty_s, alone[1])
+    if d >= node.duty_s and p.latency(max(1, math.ceil(rate * d - EPS))) + node.busy_s - node.switch_s > d + EPS:
+        return None   # the duty cycle stays, so do the node's batches: the new batch alone overflows it
     slots = []
     for s in [*node.slots, Slot(slot_session.index, slot_session.model, rate, slot_session.slo_s, 0, 0.0)]:
         prof = kind.profiles[s.model]
@@ -243,8 +249,11 @@ def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind]) -> Plan:
     shared: list[Node] = []
     for s, r in sorted(residues, key=lambda it: (-alone_occupancy(it), it[0].index)):
         best, best_i = None, -1
+        alone = {k.name: residue_slot(k.profiles[s.model], s, r) for k in kinds if s.model in k.profiles}
         for i, n in enumerate(shared):
-            m = merge(n, s, r, by_name[n.device])
+            if alone.get(n.device) is None:
+                continue
+            m = merge(n, s, r, by_name[n.device], alone[n.device])
             if m is not None and (best is None or m.occupancy > best.occupancy + EPS):
                 best, best_i = m, i
         if best is not None:
