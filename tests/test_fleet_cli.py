@@ -86,6 +86,21 @@ def test_plan_prints_the_seed_format_and_plots(files, capsys):
         assert text in out
 
 
+def test_plan_check_and_headroom_json(files, capsys):
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--headroom", "0.5", "--check", "0.2", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    c = d["check"]
+    assert d["headroom"] == 0.5 and c["arrivals"] == c["answered"] > 0
+    rows = {r["session"]: r for r in c["sessions"]}
+    assert rows[2]["arrivals"] == 0 and rows[2]["slo_compliance"] is None        # nothing placed, nothing replayed
+    assert rows[0]["arrivals"] > 0 and 0 <= rows[0]["slo_compliance"] <= 1
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--headroom", "-1")
+    assert code == 2 and "--headroom" in err
+
+
 def test_other_model_latency_matches_the_bundle_table(digits_bundle):
     """The perf-model path for a model that is not the bundle's reproduces the bundle's table on its own model."""
     wl = digits_bundle.workload

@@ -159,3 +159,32 @@ def test_slo_below_one_sample_is_reported_not_dropped(case, share):
     check_plan(p, sessions, kinds)
     last = [u for u in p.unplaced if u.session == len(sessions) - 1]
     assert len(last) == 1 and last[0].rate == 5.0 and "below ℓ(1)" in last[0].reason
+
+
+# ---- replaying a plan (fleet/check.py) ----------------------------------------------------------------------
+
+def test_replay_answers_everything_and_headroom_buys_slo_compliance():
+    """Sized at the mean rate a slot is a bulk server at load 1 and Poisson bursts miss the SLO; headroom fixes it."""
+    from fluidnpu.scheduler_fw.fleet.check import check_plan
+
+    k = DeviceKind("npu", 100, {"a": affine(10, 5), "b": affine(5, 2, switch_ms=2)})
+    sessions = [Session("a", 400.0, 0.100), Session("b", 20.0, 0.200)]
+    tight, loose = (check_plan(plan(sessions, [k], h), [k], seconds=30, seed=1) for h in (0.0, 1.0))
+    for c in (*tight, *loose):
+        assert c.arrivals > 0 and c.answered == c.arrivals
+    assert tight[0].compliance < 0.5 and loose[0].compliance > 0.98 and loose[1].compliance > 0.98
+    p = plan(sessions, [k], 1.0)
+    assert sum(p.placed_rate(i) for i in range(2)) == pytest.approx(420.0)       # shares are the real rates
+    assert all(s.batch / n.duty_s >= 2 * s.rate * (1 - TOL) for n in p.nodes for s in n.slots)
+
+
+def test_replayed_batch_shrinks_at_exits():
+    import random
+
+    from fluidnpu.scheduler_fw.fleet.check import batch_seconds
+
+    p = Profile((11.0, 22.0), 0.0, ((1.0, 2.0), (10.0, 20.0)), (1.0, 0.0))
+    assert batch_seconds(p, 2, random.Random(0)) == 2.0                  # everyone leaves at exit 0
+    p = Profile((11.0, 22.0), 0.0, ((1.0, 2.0), (10.0, 20.0)), (0.0, 1.0))
+    assert batch_seconds(p, 2, random.Random(0)) == 22.0                 # nobody does
+    assert batch_seconds(Profile((3.0, 5.0)), 2, random.Random(0)) == 5.0  # a GPU profile: ℓ(n)

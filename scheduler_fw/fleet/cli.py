@@ -15,25 +15,43 @@ import click
 @click.option("--fleet", "fleet_path", required=True, type=click.Path(dir_okay=False),
               help='JSON: {"devices": [{"name", "design" | "kind": "gpu" + "profile", "count"}, ...]}')
 @click.option("--no-early-exit", is_flag=True, help="price every batch as if no sample left early")
+@click.option("--headroom", type=float, default=0.0, show_default=True,
+              help="size every node for rate x (1 + H): room for Poisson bursts")
+@click.option("--check", "check_s", type=float, default=0.0, show_default=True,
+              help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
-def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, plot: str | None, as_json: bool) -> None:
+def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, check_s: float, seed: int,
+             plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
-    from fluidnpu.cli import _emit_json, out
+    from fluidnpu.cli import _emit_json, err, out
+    from fluidnpu.errors import FluidError
+    from fluidnpu.scheduler_fw.fleet.check import check_plan
     from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file, load_sessions
     from fluidnpu.scheduler_fw.fleet.nexus import plan
-    from fluidnpu.scheduler_fw.fleet.report import plan_dict, plan_text, plot_plan
+    from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, plan_dict, plan_text, plot_plan
 
+    if not headroom >= 0 or not check_s >= 0:
+        raise FluidError("--headroom and --check must be >= 0")
     sessions = load_sessions(sessions_path)
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
-    d = plan_dict(plan(sessions, kinds), kinds)
+    p = plan(sessions, kinds, headroom)
+    d = plan_dict(p, kinds) | {"headroom": headroom}
+    if check_s:
+        from rich.progress import Progress
+
+        with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
+            task = bar.add_task("replaying the plan", total=len(p.nodes))
+            checks = check_plan(p, kinds, check_s, seed, progress=lambda done, total: bar.update(task, completed=done))
+        d["check"] = check_dict(checks, p, check_s, seed)
     if plot:
         plot_plan(d, plot)
         d["plot"] = plot
     if as_json:
         _emit_json(d)
     else:
-        out.print(plan_text(d), highlight=False, soft_wrap=True)
+        out.print(plan_text(d) + ("\n" + check_text(d["check"]) if check_s else ""), highlight=False, soft_wrap=True)
 
 
 commands = [plan_cmd]

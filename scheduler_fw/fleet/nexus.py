@@ -34,10 +34,16 @@ EPS = 1e-9
 
 @dataclass(frozen=True)
 class Profile:
-    """ℓ(b) of one model on one device kind (seconds, b = 1..len), and the seconds to switch this model in."""
+    """ℓ(b) of one model on one device kind (seconds, b = 1..len), and the seconds to switch this model in.
+
+    `segments` (T_s(b), monotone in b) and `exit_rates` keep what ℓ(b) was priced from, so that a
+    check can replay batches whose samples really leave early (fleet/check.py); empty for a GPU.
+    """
 
     seconds: tuple[float, ...]
     switch_s: float = 0.0
+    segments: tuple[tuple[float, ...], ...] = ()
+    exit_rates: tuple[float, ...] = ()
 
     @property
     def bmax(self) -> int:
@@ -202,8 +208,23 @@ def why_unplaceable(session: Session, kinds: Sequence[DeviceKind]) -> str:
             f"duty cycle before its batch runs")
 
 
-def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind]) -> Plan:
-    """SquishyBinPacking: ScheduleSaturate, then ScheduleResidue, within the fleet's device counts."""
+def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind], headroom: float = 0.0) -> Plan:
+    """SquishyBinPacking: ScheduleSaturate, then ScheduleResidue, within the fleet's device counts.
+
+    headroom h sizes every node for rate x (1 + h) (Poisson bursts, fleet/check.py); the plan reports
+    the sessions' own rates, each node's share scaled back, so served rates exceed them by 1 + h.
+    """
+    if headroom:
+        scale = 1.0 + headroom
+        p = plan([Session(s.model, s.rate * scale, s.slo_s) for s in sessions], kinds)
+        for n in p.nodes:
+            for slot in n.slots:
+                slot.rate /= scale
+        for u in p.unplaced:
+            u.rate /= scale
+        p.sessions = [Session(s.model, s.rate, s.slo_s, i) for i, s in enumerate(sessions)]
+        p.lower_bound /= scale
+        return p
     sessions = [Session(s.model, s.rate, s.slo_s, i) for i, s in enumerate(sessions)]
     free = {k.name: k.count for k in kinds}
     by_name = {k.name: k for k in kinds}

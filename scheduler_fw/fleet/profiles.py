@@ -106,7 +106,9 @@ def npu_profile(bundle: Any, workload: Any, early_exit: bool = True, mmio_write_
     """The planner's Profile of `workload` on the NPU of `bundle`."""
     segs = npu_segment_seconds(bundle, workload)
     sw = npu_switch_seconds(bundle, workload, mmio_write_ns, weights_resident) if switch_s is None else switch_s
-    return Profile(tuple(exit_aware(segs, [e.rate for e in workload.exits], early_exit)), sw)
+    rates = [e.rate for e in workload.exits]
+    return Profile(tuple(exit_aware(segs, rates, early_exit)), sw, tuple(tuple(monotone(r)) for r in segs),
+                   tuple(rates))
 
 
 def gpu_profile(stage_profile: Any, bmax: int | None = None, switch_s: float = 0.0) -> Profile:

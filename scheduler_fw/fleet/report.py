@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fluidnpu.scheduler_fw.fleet.check import SessionCheck
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
 
 
@@ -58,6 +59,33 @@ def plan_text(d: dict[str, Any]) -> str:
     used = ", ".join(f"{k['name']} {k['used']}/{k['count']}" for k in d["devices"])
     lines.append(f"Nodes: {d['node_count']} ({used}); lower bound Σ rate·ℓ(B)/B = {d['lower_bound']:.2f}; "
                  f"Nexus bound (saturated nodes + one per residue) = {d['bound']}")
+    return "\n".join(lines)
+
+
+def check_dict(checks: Sequence[SessionCheck], plan: Plan, seconds: float, seed: int) -> dict[str, Any]:
+    """The replay's figures per session (fleet/check.py)."""
+    rows = []
+    for c in checks:
+        s = plan.sessions[c.session]
+        rows.append({"session": c.session, "model": s.model, "slo_ms": s.slo_s * 1e3, "placed_rate": plan.placed_rate(
+            c.session), "arrivals": c.arrivals, "answered": c.answered, "within_slo": c.within_slo,
+            "slo_compliance": c.compliance if c.arrivals else None, "p99_ms": c.p99_ms, "max_ms": c.max_ms})
+    total = sum(c.arrivals for c in checks)
+    return {"seconds": seconds, "seed": seed, "arrivals": total, "answered": sum(c.answered for c in checks),
+            "slo_compliance": sum(c.within_slo for c in checks) / total if total else 1.0, "sessions": rows}
+
+
+def check_text(c: dict[str, Any]) -> str:
+    lines = [f"Check: Poisson arrivals for {c['seconds']:g} s (seed {c['seed']}), placed load only"]
+    for r in c["sessions"]:
+        if not r["arrivals"]:
+            lines.append(f"session {r['session']} {r['model']}: no placed load, nothing replayed")
+            continue
+        lines.append(f"session {r['session']} {r['model']} (SLO {r['slo_ms']:g}ms, {r['placed_rate']:.1f} req/s placed):"
+                     f" {r['arrivals']} arrivals, {r['answered']} answered, SLO compliance "
+                     f"{100 * r['slo_compliance']:.1f}%, p99 {r['p99_ms']:.1f}ms")
+    lines.append(f"All: {c['arrivals']} arrivals, {c['answered']} answered, SLO compliance "
+                 f"{100 * c['slo_compliance']:.2f}%")
     return "\n".join(lines)
 
 
