@@ -49,6 +49,7 @@ eval: $(VENV)/.installed-dev
 docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/dse_report.py --out docs/figures
 	$(BIN)/python benchmarks/rtl_agreement.py --out docs/figures/rtl
+	$(BIN)/python benchmarks/plan_headroom.py --out docs/figures/fleet
 
 ## make synth-full: Yosys synth_xilinx of the ResNet-50/ZC706 pick end to end beside the resource model
 ## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test
