@@ -149,6 +149,17 @@ def test_node_count_within_nexus_bound_of_lower_bound(case):
         assert u.rate == s.rate and (not able or s.slo_s < 2 * min(able))
 
 
+@settings(max_examples=40, deadline=None)
+@given(fleets(), st.floats(0.05, 1.0))
+def test_headroom_keeps_the_properties_on_the_real_rates(case, h):
+    sessions, kinds = case
+    p = plan(sessions, kinds, h)
+    check_plan(p, sessions, kinds)
+    for n in p.nodes:
+        for s in n.slots:
+            assert s.batch / n.duty_s >= s.rate * (1 + h) * (1 - TOL)
+
+
 @settings(max_examples=60, deadline=None)
 @given(fleets(), st.floats(0.1, 0.99))
 def test_slo_below_one_sample_is_reported_not_dropped(case, share):
