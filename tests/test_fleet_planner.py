@@ -192,7 +192,7 @@ def test_replay_answers_everything_and_headroom_buys_slo_compliance():
 def test_replayed_batch_shrinks_at_exits():
     import random
 
-    from fluidnpu.scheduler_fw.fleet.check import batch_seconds
+    from fluidnpu.scheduler_fw.fleet.node_loop import batch_seconds
 
     p = Profile((11.0, 22.0), 0.0, ((1.0, 2.0), (10.0, 20.0)), (1.0, 0.0))
     assert batch_seconds(p, 2, random.Random(0)) == 2.0                  # everyone leaves at exit 0

@@ -6,12 +6,10 @@ one more duty cycle, and the backlog drifts like a random walk. This check
 measures what that costs, and what planning with headroom (sessions sized for
 rate x (1 + h)) buys back (docs/fleet.md).
 
-Each node runs on its own clock: a session's Poisson stream split among its
-nodes in proportion to their shares is a Poisson stream per node (thinning),
-so nodes are independent. A node's period is its duty cycle d; slot i takes
-its batch at start + offset_i, offset_i being the reserved ℓ(b) and model
-switches of the slots before it (later if an earlier batch overran), as
-docs/fleet.md's latency rule assumes. Samples of an NPU batch leave at exit
+Each node runs on its own virtual clock (fleet/node_loop.py, the loop an
+emulated board runs in wall-clock time): a session's Poisson stream split
+among its nodes in proportion to their shares is a Poisson stream per node
+(thinning), so nodes are independent. Samples of an NPU batch leave at exit
 s with the model's exit rates, so the batch shrinks as it runs.
 
 Pure Python and seeded (random.Random): reproducible everywhere.
@@ -24,22 +22,9 @@ import math
 import random
 from typing import Callable, Sequence
 
-from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan, Profile
-
-
-def batch_seconds(p: Profile, n: int, rng: random.Random) -> float:
-    """One batch of n samples: each exit segment at the samples still in the batch (drawn), or ℓ(n)."""
-    if not p.segments:
-        return p.latency(n)
-    t, left, reach = 0.0, n, 1.0
-    for row, e in zip(p.segments, p.exit_rates):
-        if left <= 0:
-            break
-        t += row[min(left, len(row)) - 1]
-        q = min(1.0, e / reach) if reach > 0 else 1.0
-        left -= sum(1 for _ in range(left) if rng.random() < q)
-        reach -= e
-    return t
+from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
+from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode
+from fluidnpu.scheduler_fw.serving import VirtualClock
 
 
 @dataclass
@@ -77,47 +62,21 @@ def check_plan(plan: Plan, kinds: Sequence[DeviceKind], seconds: float = 60.0, s
     by_name = {k.name: k for k in kinds}
     lat: dict[int, list[float]] = {s.index: [] for s in plan.sessions}
     arrived: dict[int, int] = {s.index: 0 for s in plan.sessions}
-    for done, node in enumerate(plan.nodes, start=1):
+    for done, node in enumerate(plan.nodes):
         if progress:
-            progress(done - 1, len(plan.nodes))
-        prof = by_name[node.device].profiles
-        order = sorted(range(len(node.slots)), key=lambda i: (node.slots[i].model, i))
-        multi = len({s.model for s in node.slots}) > 1
-        offsets, acc, prev = [], 0.0, None
-        for i in order:
-            s = node.slots[i]
-            if multi and s.model != prev:
-                acc += prof[s.model].switch_s
-            prev = s.model
-            offsets.append(acc)
-            acc += s.latency_s
-        queues = [_poisson(node.slots[i].rate, seconds, rng) for i in order]
-        for i, q in zip(order, queues):
-            arrived[node.slots[i].session] += len(q)
-        heads = [0] * len(order)
-        start, loaded, cycles = 0.0, None, 0
-        while any(h < len(q) for h, q in zip(heads, queues)) and cycles < drain_cycles:
-            t = start
-            for j, i in enumerate(order):
-                s = node.slots[i]
-                p = prof[s.model]
-                if multi and loaded != s.model:
-                    t += p.switch_s
-                    loaded = s.model
-                t = max(t, start + offsets[j])
-                q, h = queues[j], heads[j]
-                n = 0
-                while h + n < len(q) and q[h + n] <= t and n < s.batch:
-                    n += 1
-                if n:
-                    t += batch_seconds(p, n, rng)
-                    lat[s.session].extend(t - a for a in q[h:h + n])
-                    heads[j] = h + n
-            start = max(t, start + node.duty_s)
-            cycles += start > seconds
-            pending = [q[h] for h, q in zip(heads, queues) if h < len(q)]
-            if pending and min(pending) > start + node.duty_s:   # idle cycles: skip them, keeping the phase
-                start += node.duty_s * math.floor((min(pending) - start) / node.duty_s)
+            progress(done, len(plan.nodes))
+        loop = DutyCycleNode(node, by_name[node.device].profiles, VirtualClock(), rng)
+        for slot in node.slots:
+            times = _poisson(slot.rate, seconds, rng)
+            arrived[slot.session] += len(times)
+            for t in times:
+                loop.submit(slot.session, t)
+        cycles = 0
+        while loop.pending and cycles < drain_cycles:
+            loop.skip_idle()
+            for session, arrival, end, _ in loop.cycle():
+                lat[session].append(end - arrival)
+            cycles += loop.next_start > seconds
     out = []
     for s in plan.sessions:
         xs = sorted(lat[s.index])
