@@ -159,3 +159,12 @@ def test_gpu_only_model_needs_no_npu_workload(files, capsys):
     assert code == 0, err
     d = json.loads(out)
     assert [n["device"] for n in d["nodes"]] == ["gpu"] and d["unplaced"] == []
+
+
+def test_run_without_ray_says_how_to_get_it(files, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)      # as if the 'fleet' extra were not installed
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--run", "1")
+    assert code == 2 and "'fleet' extra" in err and len(err.strip().splitlines()) == 1

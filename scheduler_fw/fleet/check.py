@@ -77,6 +77,11 @@ def check_plan(plan: Plan, kinds: Sequence[DeviceKind], seconds: float = 60.0, s
             for session, arrival, end, _ in loop.cycle():
                 lat[session].append(end - arrival)
             cycles += loop.next_start > seconds
+    return session_checks(plan, lat, arrived)
+
+
+def session_checks(plan: Plan, lat: dict[int, list[float]], arrived: dict[int, int]) -> list[SessionCheck]:
+    """Per-session figures from latencies (seconds) and arrival counts, by session index."""
     out = []
     for s in plan.sessions:
         xs = sorted(lat[s.index])

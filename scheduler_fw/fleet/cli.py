@@ -19,11 +19,15 @@ import click
               help="size every node for rate x (1 + H): room for Poisson bursts")
 @click.option("--check", "check_s", type=float, default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check arrivals and exits")
+@click.option("--run", "run_s", type=float, default=0.0, show_default=True,
+              help="serve the plan on Ray (emulated boards, wall clock) under Poisson load for this many seconds; "
+                   "needs the 'fleet' extra")
+@click.option("--address", default=None, help="with --run: join this Ray cluster instead of starting a local one")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check/--run arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
-def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, check_s: float, seed: int,
-             plot: str | None, as_json: bool) -> None:
+def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, check_s: float,
+             run_s: float, address: str | None, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.cli import _emit_json, err, out
     from fluidnpu.errors import FluidError
@@ -32,8 +36,12 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
     from fluidnpu.scheduler_fw.fleet.nexus import plan
     from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, plan_dict, plan_text, plot_plan
 
-    if not headroom >= 0 or not check_s >= 0:
-        raise FluidError("--headroom and --check must be >= 0")
+    if not headroom >= 0 or not check_s >= 0 or not run_s >= 0:
+        raise FluidError("--headroom, --check and --run must be >= 0")
+    if run_s:
+        from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
+
+        require_ray()
     sessions = load_sessions(sessions_path)
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
     p = plan(sessions, kinds, headroom)
@@ -45,13 +53,27 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
             task = bar.add_task("replaying the plan", total=len(p.nodes))
             checks = check_plan(p, kinds, check_s, seed, progress=lambda done, total: bar.update(task, completed=done))
         d["check"] = check_dict(checks, p, check_s, seed)
+    if run_s:
+        from fluidnpu.scheduler_fw.fleet.check import session_checks
+        from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet
+
+        err.print(f"starting {len(p.nodes)} emulated boards on Ray ...", highlight=False)
+        fleet = Fleet(p, kinds, address, seed)
+        try:
+            lat, arrived = fleet.run_poisson(run_s, seed)
+        finally:
+            fleet.shutdown()
+        d["run"] = check_dict(session_checks(p, lat, arrived), p, run_s, seed)
     if plot:
         plot_plan(d, plot)
         d["plot"] = plot
     if as_json:
         _emit_json(d)
     else:
-        out.print(plan_text(d) + ("\n" + check_text(d["check"]) if check_s else ""), highlight=False, soft_wrap=True)
+        text = plan_text(d) + ("\n" + check_text(d["check"]) if check_s else "")
+        if run_s:
+            text += "\n" + check_text(d["run"]).replace("Check: Poisson arrivals", "Run on Ray: Poisson arrivals", 1)
+        out.print(text, highlight=False, soft_wrap=True)
 
 
 commands = [plan_cmd]
