@@ -42,3 +42,40 @@ def test_plan_on_ray_answers_every_request_on_pinned_emulated_boards():
     fastest = min(prof.latency(1) for k in kinds for prof in k.profiles.values())
     assert min(x for xs in lat.values() for x in xs) >= fastest * 0.9  # paced to the modelled batch time
     assert sum(c.within_slo for c in checks) / sum(c.arrivals for c in checks) > 0.9
+
+
+def test_killed_board_is_replanned_within_an_epoch_and_counters_add_up():
+    from fluidnpu.scheduler_fw.fleet.ray_fleet import poisson_arrivals
+
+    kinds = [DeviceKind("board-a", 3, {"m": affine(20, 5)})]
+    sessions = [Session("m", 120.0, 0.500)]
+    p = plan(sessions, kinds, headroom=0.5)
+    assert len(p.nodes) == 2 and p.unplaced == []
+    fleet = Fleet(p, kinds, seed=3, headroom=0.5)
+    try:
+        log = fleet.run(poisson_arrivals({0: 120.0}, 5.0, seed=4), epoch_s=1.0, kill=(2.3, 0))
+    finally:
+        fleet.shutdown()
+    answered = len(log.latencies[0])
+    assert log.arrivals[0] == answered + log.rejected[0] > 500             # every request answered or refused
+    assert 0 < log.rejected[0] < 0.3 * log.arrivals[0]                    # the dead board's share, one epoch at most
+    deaths = [e for e in log.epochs if e["died"]]
+    assert len(deaths) == 1 and deaths[0]["t"] == 3.0                     # found, and re-planned, at the next epoch
+    assert all(e["devices"] <= 2 for e in log.epochs if e["t"] >= 3.0) and not deaths[0]["unplaced"]
+
+
+def test_ramp_is_followed_by_replanning_without_drops():
+    """Scenario 1 in small: one model ramping 0 -> 40 req/s, 2 s SLO, re-planned every second."""
+    from fluidnpu.scheduler_fw.fleet.ray_fleet import poisson_arrivals
+
+    kinds = [DeviceKind("board-a", 4, {"m": affine(30, 10, bmax=16)})]
+    sessions = [Session("m", 1.0, 2.0)]
+    fleet = Fleet(plan(sessions, kinds, 0.5), kinds, seed=5, headroom=0.5)
+    try:
+        log = fleet.run(poisson_arrivals({0: lambda t: 40.0 * t / 6.0}, 6.0, seed=6, peak={0: 40.0}), epoch_s=1.0)
+    finally:
+        fleet.shutdown()
+    assert log.rejected[0] == 0 and len(log.latencies[0]) == log.arrivals[0] > 50
+    assert sum(x <= 2.0 for x in log.latencies[0]) == log.arrivals[0]    # 100 % within the SLO
+    batches = [e["batches"].get(0) for e in log.epochs]
+    assert batches[-1] > batches[0]                                       # batches grow with the rate

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+import math
 import random
 import re
 import threading
@@ -46,51 +48,97 @@ def resource_name(device: str) -> str:
 
 
 class NodeWorker:
-    """The body of a node's actor: a DutyCycleNode on a wall clock in a thread, requests as futures."""
+    """The body of a node's actor: DutyCycleNodes on a wall clock in a thread, requests as futures.
 
-    def __init__(self, node: Node, profiles: dict[str, Profile], seed: int = 0) -> None:
-        from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode
-        from fluidnpu.scheduler_fw.serving import WallClock
+    `reconfigure` gives the device a new node of a new plan at a cycle boundary: queued requests of
+    sessions that stay move to the new loop; the old loop keeps the others and drains first (its
+    cycles run before the new loop's), so no admitted request is dropped. A request for a session
+    the device no longer serves is refused with an error, explicitly.
+    """
 
-        self.loop = DutyCycleNode(node, profiles, WallClock(), random.Random(seed))
+    def __init__(self, node: Node | None, profiles: dict[str, Profile], seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.loops: list[Any] = []          # draining loops first, the active one last
         self.answered = 0
+        self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
+        self.reconfigure(node, profiles)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def reconfigure(self, node: Node | None, profiles: dict[str, Profile]) -> int:
+        """Serve `node` from the next cycle on (None: idle after draining); returns requests still draining."""
+        from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode
+        from fluidnpu.scheduler_fw.serving import WallClock
+
+        with self._lock:
+            new = DutyCycleNode(node, profiles, WallClock(), self.rng) if node is not None and node.slots else None
+            if self.loops and new is not None:
+                old = self.loops[-1]
+                for session, j in new.slot_of.items():
+                    if session in old.slot_of:
+                        new.queues[j].extend(old.queues[old.slot_of[session]])
+                        old.queues[old.slot_of[session]].clear()
+            self.loops = [lp for lp in self.loops if lp.pending] + ([new] if new is not None else [])
+            draining = self.loops if new is None else self.loops[:-1]
+            return sum(lp.pending for lp in draining)
+
     def _run(self) -> None:
         while not self._stop:
-            if not self.loop.pending:
-                self._wake.wait(0.05)
-                self._wake.clear()
-                continue
-            finished = self.loop.cycle()   # submit() appends to its deques meanwhile: thread-safe
+            with self._lock:
+                loop = next((lp for lp in self.loops if lp.pending), None)
+                finished = loop.cycle() if loop is not None else []   # submit() appends meanwhile: thread-safe
+                if loop is not None:
+                    self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
             for _, arrival, done, fut in finished:
                 fut.set_result(done)
             self.answered += len(finished)
+            if loop is None:
+                self._wake.wait(0.05)
+                self._wake.clear()
 
     async def infer(self, session: int, sent: float) -> dict[str, float]:
         """Serve one request of `session`; `sent` is the driver's time.monotonic() (one host: one clock)."""
         fut: Future = Future()
-        self.loop.submit(session, time.monotonic(), fut)
+        loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
+        if loop is None:
+            raise FluidError(f"session {session} is not served by this device any more (re-planned)")
+        loop.submit(session, time.monotonic(), fut)
         self._wake.set()
         done = await asyncio.wrap_future(fut)
         return {"sent": sent, "done": done}
 
     def stats(self) -> dict[str, int]:
-        return {"answered": self.answered, "pending": self.loop.pending}
+        return {"answered": self.answered, "pending": sum(lp.pending for lp in self.loops)}
 
     def stop(self) -> None:
         self._stop = True
 
 
-class Fleet:
-    """The plan's nodes as Ray actors and a router; `run_poisson` drives a seeded open-loop load."""
+@dataclass
+class RunLog:
+    """What a run did: per session latencies (s), arrivals, refusals (errors, never silent), and each epoch."""
 
-    def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0) -> None:
+    latencies: dict[int, list[float]]
+    arrivals: dict[int, int]
+    rejected: dict[int, int]
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Fleet:
+    """A plan's nodes as Ray actors on emulated devices, a router, and re-planning every epoch.
+
+    Each device kind has `count` devices; an actor stands for one device for its whole life, and a
+    re-plan hands the new plan's nodes to the live actors of each kind (creating actors while the
+    kind has devices never used, idling the rest). A device whose actor died is out of the fleet.
+    """
+
+    def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
+                 headroom: float = 0.0) -> None:
         ray = require_ray()
-        self.ray, self.plan = ray, plan
+        self.ray, self.plan, self.kinds, self.seed, self.headroom = ray, plan, list(kinds), seed, headroom
+        self.sessions = list(plan.sessions)
         self._own = not ray.is_initialized()
         if self._own:
             if address:
@@ -98,60 +146,143 @@ class Fleet:
             else:
                 ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
                          include_dashboard=False, log_to_driver=False)
-        by_name = {k.name: k for k in kinds}
-        actor = ray.remote(NodeWorker)
-        self.actors = [actor.options(num_cpus=0, resources={resource_name(n.device): 1}, max_concurrency=10_000)
-                       .remote(n, by_name[n.device].profiles, seed + i) for i, n in enumerate(plan.nodes)]
+        self._actor_cls = ray.remote(NodeWorker)
+        self.actors: list[Any] = []
+        self.actor_kind: list[str] = []
+        self.dead: set[int] = set()
         self.routes: dict[int, tuple[list[int], list[float]]] = {}
-        for i, n in enumerate(plan.nodes):
-            for s in n.slots:
-                nodes, shares = self.routes.setdefault(s.session, ([], []))
-                nodes.append(i)
-                shares.append(s.rate)
-        ray.get([a.stats.remote() for a in self.actors])   # every actor is up
+        self.apply(plan)
+
+    # ---- placing a plan on the devices
+    def _new_actor(self, kind: DeviceKind, node: Node | None) -> int:
+        a = self._actor_cls.options(num_cpus=0, resources={resource_name(kind.name): 1}, max_concurrency=10_000) \
+            .remote(node, kind.profiles, self.seed + len(self.actors))
+        self.actors.append(a)
+        self.actor_kind.append(kind.name)
+        return len(self.actors) - 1
+
+    def apply(self, plan: Plan) -> None:
+        """Give every node of `plan` a live device of its kind and route sessions to them."""
+        self.plan = plan
+        routes: dict[int, tuple[list[int], list[float]]] = {}
+        node_actor: dict[int, int] = {}
+        waits = []
+        for k in self.kinds:
+            live = [i for i, kind in enumerate(self.actor_kind) if kind == k.name and i not in self.dead]
+            nodes = [(i, n) for i, n in enumerate(plan.nodes) if n.device == k.name]
+            for j, (i, n) in enumerate(nodes):
+                if j < len(live):
+                    idx = live[j]
+                    waits.append(self.actors[idx].reconfigure.remote(n, k.profiles))
+                else:
+                    idx = self._new_actor(k, n)
+                node_actor[i] = idx
+                for s in n.slots:
+                    routes.setdefault(s.session, ([], []))
+                    routes[s.session][0].append(idx)
+                    routes[s.session][1].append(s.rate)
+            for idx in live[len(nodes):]:
+                waits.append(self.actors[idx].reconfigure.remote(None, k.profiles))
+        self._get_alive(waits)
+        self._get_alive([a.stats.remote() for i, a in enumerate(self.actors) if i not in self.dead])
+        self.routes, self.node_actor = routes, node_actor
+
+    def _get_alive(self, refs: list[Any]) -> None:
+        for r in refs:
+            try:
+                self.ray.get(r)
+            except self.ray.exceptions.RayActorError:
+                pass   # found dead at the next health check
+
+    def check_health(self) -> list[int]:
+        """Actors found dead now (their devices leave the fleet)."""
+        died = []
+        for i, a in enumerate(self.actors):
+            if i in self.dead:
+                continue
+            try:
+                self.ray.get(a.stats.remote(), timeout=10)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
+                self.dead.add(i)
+                died.append(i)
+        return died
+
+    def replan(self, rates: dict[int, float], min_rate: float = 1.0) -> Plan:
+        """Nexus again on measured rates (each at least `min_rate`), over the devices still alive."""
+        from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
+
+        lost = {k.name: sum(1 for i in self.dead if self.actor_kind[i] == k.name) for k in self.kinds}
+        kinds = [replace(k, count=k.count - lost[k.name]) for k in self.kinds]
+        sessions = [Session(s.model, max(rates.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
+        return plan(sessions, kinds, self.headroom)
 
     def route(self, session: int, rng: random.Random) -> int | None:
-        """The node that takes this request: at random in proportion to the nodes' shares (None: unplaced)."""
+        """The device that takes this request: at random in proportion to its share (None: unplaced)."""
         r = self.routes.get(session)
         return rng.choices(r[0], weights=r[1])[0] if r else None
 
-    def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
-        """Each session's placed rate as Poisson arrivals for `seconds` of wall time.
+    # ---- load
+    def run(self, arrivals: Sequence[tuple[float, int]], epoch_s: float | None = None,
+            kill: tuple[float, int] | None = None) -> RunLog:
+        """Send `arrivals` ((time s, session), sorted) in wall-clock time; every `epoch_s` re-plan.
 
-        Returns (latencies in seconds by session, arrivals by session); a request whose actor
-        failed is an arrival without a latency, never silently lost.
+        `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
+        A re-plan happens at each epoch on the rates measured over it, and at once on a death found by
+        the epoch's health check. Requests to a dead device, or to none, are counted as rejected.
         """
-        rng = random.Random(seed)
-        arrivals = []
-        for s in self.plan.sessions:
-            rate, t = self.plan.placed_rate(s.index), 0.0
-            while rate > 0:
-                t += rng.expovariate(rate)
-                if t >= seconds:
-                    break
-                arrivals.append((t, s.index))
-        arrivals.sort()
-        counts = {s.index: 0 for s in self.plan.sessions}
-        refs = []
+        rng = random.Random(self.seed + 1)
+        counts = {s.index: 0 for s in self.sessions}
+        window = dict(counts)
+        refs: list[tuple[int, Any]] = []
+        rejected = dict(counts)
+        log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
         t0 = time.monotonic()
+        next_epoch = epoch_s if epoch_s else math.inf
+        killed = False
         for t, session in arrivals:
+            while t >= next_epoch:
+                died = self.check_health()
+                rates = {k: v / epoch_s for k, v in window.items()}
+                self.apply(self.replan(rates))
+                log.epochs.append({"t": next_epoch, "died": died, "rates": rates, "nodes": len(self.plan.nodes),
+                                   "devices": len(set(self.node_actor.values())),
+                                   "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
+                                   "unplaced": [u.session for u in self.plan.unplaced]})
+                window = {k: 0 for k in window}
+                next_epoch += epoch_s
+            if kill is not None and not killed and t >= kill[0]:
+                if kill[1] in self.node_actor:
+                    self.ray.kill(self.actors[self.node_actor[kill[1]]])
+                killed = True
             delay = t0 + t - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-            node = self.route(session, rng)
             counts[session] += 1
+            window[session] += 1
+            node = self.route(session, rng)
+            if node is None or node in self.dead:
+                rejected[session] += 1
+                continue
             refs.append((session, self.actors[node].infer.remote(session, time.monotonic())))
-        lat: dict[int, list[float]] = {s.index: [] for s in self.plan.sessions}
         for session, ref in refs:
             try:
                 r = self.ray.get(ref)
             except self.ray.exceptions.RayError:
+                rejected[session] += 1
                 continue
-            lat[session].append(r["done"] - r["sent"])
-        return lat, counts
+            log.latencies[session].append(r["done"] - r["sent"])
+        return log
+
+    def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
+        """Each session's placed rate as Poisson arrivals for `seconds`, no re-planning: (latencies, arrivals)."""
+        log = self.run(poisson_arrivals({s.index: self.plan.placed_rate(s.index) for s in self.sessions},
+                                        seconds, seed))
+        return log.latencies, log.arrivals
 
     def shutdown(self) -> None:
-        for a in self.actors:
+        for i, a in enumerate(self.actors):
+            if i in self.dead:
+                continue
             try:
                 self.ray.get(a.stop.remote())
                 self.ray.kill(a)
@@ -159,3 +290,20 @@ class Fleet:
                 pass
         if self._own:
             self.ray.shutdown()
+
+
+def poisson_arrivals(rates: dict[int, float] | dict[int, Any], seconds: float, seed: int = 0,
+                     peak: dict[int, float] | None = None) -> list[tuple[float, int]]:
+    """Sorted (time, session) of Poisson arrivals; a rate may be a function of time (thinning, under `peak`)."""
+    rng = random.Random(seed)
+    out = []
+    for session, rate in rates.items():
+        top = float(rate) if not callable(rate) else float((peak or {})[session])
+        t = 0.0
+        while top > 0:
+            t += rng.expovariate(top)
+            if t >= seconds:
+                break
+            if not callable(rate) or rng.random() * top < rate(t):
+                out.append((t, session))
+    return sorted(out)
