@@ -23,11 +23,13 @@ import click
               help="serve the plan on Ray (emulated boards, wall clock) under Poisson load for this many seconds; "
                    "needs the 'fleet' extra")
 @click.option("--address", default=None, help="with --run: join this Ray cluster instead of starting a local one")
+@click.option("--epoch", "epoch_s", type=float, default=0.0, show_default=True,
+              help="with --run: re-plan every this many seconds on the measured rates (0: never)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check/--run arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, check_s: float,
-             run_s: float, address: str | None, seed: int, plot: str | None, as_json: bool) -> None:
+             run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.cli import _emit_json, err, out
     from fluidnpu.errors import FluidError
@@ -36,8 +38,8 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
     from fluidnpu.scheduler_fw.fleet.nexus import plan
     from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, plan_dict, plan_text, plot_plan
 
-    if not headroom >= 0 or not check_s >= 0 or not run_s >= 0:
-        raise FluidError("--headroom, --check and --run must be >= 0")
+    if not headroom >= 0 or not check_s >= 0 or not run_s >= 0 or not epoch_s >= 0:
+        raise FluidError("--headroom, --check, --run and --epoch must be >= 0")
     if run_s:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
 
@@ -55,15 +57,16 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         d["check"] = check_dict(checks, p, check_s, seed)
     if run_s:
         from fluidnpu.scheduler_fw.fleet.check import session_checks
-        from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet
+        from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
 
         err.print(f"starting {len(p.nodes)} emulated boards on Ray ...", highlight=False)
-        fleet = Fleet(p, kinds, address, seed)
+        fleet = Fleet(p, kinds, address, seed, headroom)
         try:
-            lat, arrived = fleet.run_poisson(run_s, seed)
+            log = fleet.run(poisson_arrivals({s.index: s.rate for s in p.sessions}, run_s, seed), epoch_s or None)
         finally:
             fleet.shutdown()
-        d["run"] = check_dict(session_checks(p, lat, arrived), p, run_s, seed)
+        d["run"] = check_dict(session_checks(p, log.latencies, log.arrivals), p, run_s, seed) | {
+            "rejected": sum(log.rejected.values()), "epochs": log.epochs}
     if plot:
         plot_plan(d, plot)
         d["plot"] = plot
@@ -72,7 +75,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
     else:
         text = plan_text(d) + ("\n" + check_text(d["check"]) if check_s else "")
         if run_s:
-            text += "\n" + check_text(d["run"]).replace("Check: Poisson arrivals", "Run on Ray: Poisson arrivals", 1)
+            text += "\n" + check_text(d["run"], "Run on Ray, emulated boards, the sessions' full rates")
         out.print(text, highlight=False, soft_wrap=True)
 
 

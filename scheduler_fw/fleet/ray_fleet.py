@@ -99,7 +99,7 @@ class NodeWorker:
                 self._wake.clear()
 
     async def infer(self, session: int, sent: float) -> dict[str, float]:
-        """Serve one request of `session`; `sent` is the driver's time.monotonic() (one host: one clock)."""
+        """Serve one request of `session` that arrived at `sent` (the driver's time.monotonic(): one host, one clock)."""
         fut: Future = Future()
         loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
         if loop is None:
@@ -129,9 +129,9 @@ class RunLog:
 class Fleet:
     """A plan's nodes as Ray actors on emulated devices, a router, and re-planning every epoch.
 
-    Each device kind has `count` devices; an actor stands for one device for its whole life, and a
-    re-plan hands the new plan's nodes to the live actors of each kind (creating actors while the
-    kind has devices never used, idling the rest). A device whose actor died is out of the fleet.
+    Each device of each kind is one actor, started idle before any load and standing for that
+    device for its whole life; a plan (and every re-plan) hands its nodes to the live actors of
+    their kind and idles the rest. A device whose actor died is out of the fleet.
     """
 
     def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
@@ -151,6 +151,10 @@ class Fleet:
         self.actor_kind: list[str] = []
         self.dead: set[int] = set()
         self.routes: dict[int, tuple[list[int], list[float]]] = {}
+        for k in self.kinds:                      # every device is up (idle) before the load: no cold starts
+            for _ in range(k.count):
+                self._new_actor(k, None)
+        ray.get([a.stats.remote() for a in self.actors])
         self.apply(plan)
 
     # ---- placing a plan on the devices
@@ -166,14 +170,13 @@ class Fleet:
         self.plan = plan
         routes: dict[int, tuple[list[int], list[float]]] = {}
         node_actor: dict[int, int] = {}
-        waits = []
         for k in self.kinds:
             live = [i for i, kind in enumerate(self.actor_kind) if kind == k.name and i not in self.dead]
             nodes = [(i, n) for i, n in enumerate(plan.nodes) if n.device == k.name]
             for j, (i, n) in enumerate(nodes):
                 if j < len(live):
                     idx = live[j]
-                    waits.append(self.actors[idx].reconfigure.remote(n, k.profiles))
+                    self.actors[idx].reconfigure.remote(n, k.profiles)
                 else:
                     idx = self._new_actor(k, n)
                 node_actor[i] = idx
@@ -182,30 +185,24 @@ class Fleet:
                     routes[s.session][0].append(idx)
                     routes[s.session][1].append(s.rate)
             for idx in live[len(nodes):]:
-                waits.append(self.actors[idx].reconfigure.remote(None, k.profiles))
-        self._get_alive(waits)
-        self._get_alive([a.stats.remote() for i, a in enumerate(self.actors) if i not in self.dead])
+                self.actors[idx].reconfigure.remote(None, k.profiles)
+        # No wait: an actor runs one caller's calls in order, so its reconfigure comes before the requests
+        # routed to it by this plan; the load goes on meanwhile.
         self.routes, self.node_actor = routes, node_actor
 
-    def _get_alive(self, refs: list[Any]) -> None:
-        for r in refs:
+    def check_health(self, timeout_s: float = 0.5) -> list[int]:
+        """Actors found dead now (their devices leave the fleet); a busy one that does not answer in time is alive."""
+        live = [i for i in range(len(self.actors)) if i not in self.dead]
+        refs = {self.actors[i].stats.remote(): i for i in live}
+        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        died = []
+        for r in ready:
             try:
                 self.ray.get(r)
             except self.ray.exceptions.RayActorError:
-                pass   # found dead at the next health check
-
-    def check_health(self) -> list[int]:
-        """Actors found dead now (their devices leave the fleet)."""
-        died = []
-        for i, a in enumerate(self.actors):
-            if i in self.dead:
-                continue
-            try:
-                self.ray.get(a.stats.remote(), timeout=10)
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError):
-                self.dead.add(i)
-                died.append(i)
-        return died
+                self.dead.add(refs[r])
+                died.append(refs[r])
+        return sorted(died)
 
     def replan(self, rates: dict[int, float], min_rate: float = 1.0) -> Plan:
         """Nexus again on measured rates (each at least `min_rate`), over the devices still alive."""
@@ -263,7 +260,7 @@ class Fleet:
             if node is None or node in self.dead:
                 rejected[session] += 1
                 continue
-            refs.append((session, self.actors[node].infer.remote(session, time.monotonic())))
+            refs.append((session, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
         for session, ref in refs:
             try:
                 r = self.ray.get(ref)

@@ -75,8 +75,8 @@ def check_dict(checks: Sequence[SessionCheck], plan: Plan, seconds: float, seed:
             "slo_compliance": sum(c.within_slo for c in checks) / total if total else 1.0, "sessions": rows}
 
 
-def check_text(c: dict[str, Any]) -> str:
-    lines = [f"Check: Poisson arrivals for {c['seconds']:g} s (seed {c['seed']}), placed load only"]
+def check_text(c: dict[str, Any], title: str = "Check: replayed, placed load only") -> str:
+    lines = [f"{title}: Poisson arrivals for {c['seconds']:g} s (seed {c['seed']})"]
     for r in c["sessions"]:
         if not r["arrivals"]:
             lines.append(f"session {r['session']} {r['model']}: no placed load, nothing replayed")
@@ -84,8 +84,12 @@ def check_text(c: dict[str, Any]) -> str:
         lines.append(f"session {r['session']} {r['model']} (SLO {r['slo_ms']:g}ms, {r['placed_rate']:.1f} req/s placed):"
                      f" {r['arrivals']} arrivals, {r['answered']} answered, SLO compliance "
                      f"{100 * r['slo_compliance']:.1f}%, p99 {r['p99_ms']:.1f}ms")
-    lines.append(f"All: {c['arrivals']} arrivals, {c['answered']} answered, SLO compliance "
+    refused = f", {c['rejected']} refused with an error" if "rejected" in c else ""
+    lines.append(f"All: {c['arrivals']} arrivals, {c['answered']} answered{refused}, SLO compliance "
                  f"{100 * c['slo_compliance']:.2f}%")
+    if c.get("epochs"):
+        lines.append(f"Re-planned {len(c['epochs'])} times; devices in use per epoch: "
+                     + " ".join(str(e["devices"]) for e in c["epochs"]))
     return "\n".join(lines)
 
 
