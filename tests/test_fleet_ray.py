@@ -60,17 +60,20 @@ def test_killed_board_is_replanned_within_an_epoch_and_counters_add_up():
     assert log.arrivals[0] == answered + log.rejected[0] > 500             # every request answered or refused
     assert 0 < log.rejected[0] < 0.3 * log.arrivals[0]                    # the dead board's share, one epoch at most
     deaths = [e for e in log.epochs if e["died"]]
-    assert len(deaths) == 1 and deaths[0]["t"] == 3.0                     # found, and re-planned, at the next epoch
-    assert all(e["devices"] <= 2 for e in log.epochs if e["t"] >= 3.0) and not deaths[0]["unplaced"]
+    assert len(deaths) == 1 and 2.3 < deaths[0]["t"] <= 3.3              # found and re-planned within one epoch
+    assert all(e["devices"] <= 2 for e in log.epochs if e["t"] >= deaths[0]["t"]) and not deaths[0]["unplaced"]
 
 
 def test_ramp_is_followed_by_replanning_without_drops():
-    """Scenario 1 in small: one model ramping 0 -> 40 req/s, 2 s SLO, re-planned every second."""
+    """Scenario 1 in small: one model ramping 0 -> 40 req/s, 2 s SLO, re-planned every second.
+
+    Planned for 1.8 s (slo_margin 0.1): Nexus puts d + ℓ(b) right at the SLO, and a wall clock, RPCs
+    and a rate that grows within the epoch need some of it."""
     from fluidnpu.scheduler_fw.fleet.ray_fleet import poisson_arrivals
 
     kinds = [DeviceKind("board-a", 4, {"m": affine(30, 10, bmax=16)})]
     sessions = [Session("m", 1.0, 2.0)]
-    fleet = Fleet(plan(sessions, kinds, 0.5), kinds, seed=5, headroom=0.5)
+    fleet = Fleet(plan(sessions, kinds, 0.5, 0.1), kinds, seed=5, headroom=0.5, slo_margin=0.1)
     try:
         log = fleet.run(poisson_arrivals({0: lambda t: 40.0 * t / 6.0}, 6.0, seed=6, peak={0: 40.0}), epoch_s=1.0)
     finally:

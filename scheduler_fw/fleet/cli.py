@@ -17,6 +17,8 @@ import click
 @click.option("--no-early-exit", is_flag=True, help="price every batch as if no sample left early")
 @click.option("--headroom", type=float, default=0.0, show_default=True,
               help="size every node for rate x (1 + H): room for Poisson bursts")
+@click.option("--slo-margin", type=float, default=0.0, show_default=True,
+              help="plan every session for SLO x (1 - M): room for what the model does not price (RPCs, jitter)")
 @click.option("--check", "check_s", type=float, default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
 @click.option("--run", "run_s", type=float, default=0.0, show_default=True,
@@ -28,7 +30,8 @@ import click
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check/--run arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
-def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, check_s: float,
+def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, slo_margin: float,
+             check_s: float,
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.cli import _emit_json, err, out
@@ -40,14 +43,16 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
 
     if not headroom >= 0 or not check_s >= 0 or not run_s >= 0 or not epoch_s >= 0:
         raise FluidError("--headroom, --check, --run and --epoch must be >= 0")
+    if not 0 <= slo_margin < 1:
+        raise FluidError(f"--slo-margin must be in [0, 1), got {slo_margin:g}")
     if run_s:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
 
         require_ray()
     sessions = load_sessions(sessions_path)
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
-    p = plan(sessions, kinds, headroom)
-    d = plan_dict(p, kinds) | {"headroom": headroom}
+    p = plan(sessions, kinds, headroom, slo_margin)
+    d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin}
     if check_s:
         from rich.progress import Progress
 
@@ -60,7 +65,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
 
         err.print(f"starting {len(p.nodes)} emulated boards on Ray ...", highlight=False)
-        fleet = Fleet(p, kinds, address, seed, headroom)
+        fleet = Fleet(p, kinds, address, seed, headroom, slo_margin)
         try:
             log = fleet.run(poisson_arrivals({s.index: s.rate for s in p.sessions}, run_s, seed), epoch_s or None)
         finally:

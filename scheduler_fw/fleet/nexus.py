@@ -208,15 +208,18 @@ def why_unplaceable(session: Session, kinds: Sequence[DeviceKind]) -> str:
             f"duty cycle before its batch runs")
 
 
-def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind], headroom: float = 0.0) -> Plan:
+def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind], headroom: float = 0.0,
+         slo_margin: float = 0.0) -> Plan:
     """SquishyBinPacking: ScheduleSaturate, then ScheduleResidue, within the fleet's device counts.
 
     headroom h sizes every node for rate x (1 + h) (Poisson bursts, fleet/check.py); the plan reports
     the sessions' own rates, each node's share scaled back, so served rates exceed them by 1 + h.
+    slo_margin m plans every session for SLO x (1 - m), leaving m of it to what the model does not
+    price (RPCs, a wall clock's jitter); slots keep the SLO they were planned for.
     """
-    if headroom:
+    if headroom or slo_margin:
         scale = 1.0 + headroom
-        p = plan([Session(s.model, s.rate * scale, s.slo_s) for s in sessions], kinds)
+        p = plan([Session(s.model, s.rate * scale, s.slo_s * (1.0 - slo_margin)) for s in sessions], kinds)
         for n in p.nodes:
             for slot in n.slots:
                 slot.rate /= scale

@@ -88,15 +88,19 @@ class NodeWorker:
         while not self._stop:
             with self._lock:
                 loop = next((lp for lp in self.loops if lp.pending), None)
-                finished = loop.cycle() if loop is not None else []   # submit() appends meanwhile: thread-safe
-                if loop is not None:
-                    self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
+            wait = 0.05 if loop is None else loop.next_start - time.monotonic()
+            if wait > 0:     # idle, or before the cycle's start: wait unlocked, so that reconfigure never waits long
+                self._wake.wait(min(wait, 0.05))
+                self._wake.clear()
+                continue
+            with self._lock:
+                if loop not in self.loops:
+                    continue
+                finished = loop.cycle()   # submit() appends meanwhile: deques are thread-safe
+                self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
             for _, arrival, done, fut in finished:
                 fut.set_result(done)
             self.answered += len(finished)
-            if loop is None:
-                self._wake.wait(0.05)
-                self._wake.clear()
 
     async def infer(self, session: int, sent: float) -> dict[str, float]:
         """Serve one request of `session` that arrived at `sent` (the driver's time.monotonic(): one host, one clock)."""
@@ -124,6 +128,7 @@ class RunLog:
     arrivals: dict[int, int]
     rejected: dict[int, int]
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[int, float, float | None]] = field(default_factory=list)   # session, arrival, latency
 
 
 class Fleet:
@@ -135,9 +140,10 @@ class Fleet:
     """
 
     def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
-                 headroom: float = 0.0) -> None:
+                 headroom: float = 0.0, slo_margin: float = 0.0) -> None:
         ray = require_ray()
-        self.ray, self.plan, self.kinds, self.seed, self.headroom = ray, plan, list(kinds), seed, headroom
+        self.ray, self.plan, self.kinds, self.seed = ray, plan, list(kinds), seed
+        self.headroom, self.slo_margin = headroom, slo_margin
         self.sessions = list(plan.sessions)
         self._own = not ray.is_initialized()
         if self._own:
@@ -151,6 +157,7 @@ class Fleet:
         self.actor_kind: list[str] = []
         self.dead: set[int] = set()
         self.routes: dict[int, tuple[list[int], list[float]]] = {}
+        self._probes: dict[Any, int] = {}
         for k in self.kinds:                      # every device is up (idle) before the load: no cold starts
             for _ in range(k.count):
                 self._new_actor(k, None)
@@ -190,18 +197,24 @@ class Fleet:
         # routed to it by this plan; the load goes on meanwhile.
         self.routes, self.node_actor = routes, node_actor
 
-    def check_health(self, timeout_s: float = 0.5) -> list[int]:
-        """Actors found dead now (their devices leave the fleet); a busy one that does not answer in time is alive."""
-        live = [i for i in range(len(self.actors)) if i not in self.dead]
-        refs = {self.actors[i].stats.remote(): i for i in live}
-        ready, _ = self.ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    def check_health(self) -> list[int]:
+        """Actors found dead since the last check (their devices leave the fleet). Never blocks the load:
+        it reads the answers to the previous check's probes that have come, and probes again."""
+        probes = self._probes
+        ready, _ = self.ray.wait(list(probes), num_returns=len(probes), timeout=0) if probes else ([], [])
         died = []
         for r in ready:
+            i = probes.pop(r)
             try:
                 self.ray.get(r)
             except self.ray.exceptions.RayActorError:
-                self.dead.add(refs[r])
-                died.append(refs[r])
+                self.dead.add(i)
+                died.append(i)
+        probed = set(probes.values())
+        for i, a in enumerate(self.actors):
+            if i not in self.dead and i not in probed:
+                probes[a.stats.remote()] = i
+        self._probes = probes
         return sorted(died)
 
     def replan(self, rates: dict[int, float], min_rate: float = 1.0) -> Plan:
@@ -211,7 +224,7 @@ class Fleet:
         lost = {k.name: sum(1 for i in self.dead if self.actor_kind[i] == k.name) for k in self.kinds}
         kinds = [replace(k, count=k.count - lost[k.name]) for k in self.kinds]
         sessions = [Session(s.model, max(rates.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
-        return plan(sessions, kinds, self.headroom)
+        return plan(sessions, kinds, self.headroom, self.slo_margin)
 
     def route(self, session: int, rng: random.Random) -> int | None:
         """The device that takes this request: at random in proportion to its share (None: unplaced)."""
@@ -224,8 +237,8 @@ class Fleet:
         """Send `arrivals` ((time s, session), sorted) in wall-clock time; every `epoch_s` re-plan.
 
         `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
-        A re-plan happens at each epoch on the rates measured over it, and at once on a death found by
-        the epoch's health check. Requests to a dead device, or to none, are counted as rejected.
+        A re-plan happens at each epoch on the rates measured over it (a rising rate extrapolated to
+        the end of the next epoch), and at once when a health check (four per epoch) finds a device dead. Requests to a dead device, or to none, are counted as rejected.
         """
         rng = random.Random(self.seed + 1)
         counts = {s.index: 0 for s in self.sessions}
@@ -235,18 +248,33 @@ class Fleet:
         log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
         t0 = time.monotonic()
         next_epoch = epoch_s if epoch_s else math.inf
+        health_s = epoch_s / 4 if epoch_s else math.inf
+        next_health, epoch_start = health_s, 0.0
         killed = False
         for t, session in arrivals:
-            while t >= next_epoch:
+            while t >= min(next_epoch, next_health):
+                now = min(next_epoch, next_health)
                 died = self.check_health()
-                rates = {k: v / epoch_s for k, v in window.items()}
-                self.apply(self.replan(rates))
-                log.epochs.append({"t": next_epoch, "died": died, "rates": rates, "nodes": len(self.plan.nodes),
-                                   "devices": len(set(self.node_actor.values())),
-                                   "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
-                                   "unplaced": [u.session for u in self.plan.unplaced]})
-                window = {k: 0 for k in window}
-                next_epoch += epoch_s
+                if now == next_epoch or died:      # every epoch, and at once when a device died
+                    span = max(now - epoch_start, 1e-9)
+                    rates = {k: v / span for k, v in window.items()}
+                    if now < next_epoch:           # a death mid-epoch: keep the last full epoch's rates
+                        rates = log.epochs[-1]["rates"] if log.epochs else {
+                            s.index: r for s in self.sessions for r in [self.plan.placed_rate(s.index)]}
+                    before = log.epochs[-1]["rates"] if log.epochs else rates
+                    # the plan serves the next epoch, whose end is 1.5 epochs after the middle of the measured
+                    # one: a rising rate is extrapolated that far (never planned below what was measured)
+                    ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
+                    self.apply(self.replan(ahead))
+                    log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
+                                       "nodes": len(self.plan.nodes),
+                                       "devices": len(set(self.node_actor.values())),
+                                       "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
+                                       "unplaced": [u.session for u in self.plan.unplaced]})
+                    if now == next_epoch:
+                        window, epoch_start = {k: 0 for k in window}, now
+                        next_epoch += epoch_s
+                next_health = now + health_s if now == next_health else next_health
             if kill is not None and not killed and t >= kill[0]:
                 if kill[1] in self.node_actor:
                     self.ray.kill(self.actors[self.node_actor[kill[1]]])
@@ -259,15 +287,18 @@ class Fleet:
             node = self.route(session, rng)
             if node is None or node in self.dead:
                 rejected[session] += 1
+                log.answers.append((session, t, None))
                 continue
-            refs.append((session, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
-        for session, ref in refs:
+            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
+        for session, t, ref in refs:
             try:
                 r = self.ray.get(ref)
             except self.ray.exceptions.RayError:
                 rejected[session] += 1
+                log.answers.append((session, t, None))
                 continue
             log.latencies[session].append(r["done"] - r["sent"])
+            log.answers.append((session, t, r["done"] - r["sent"]))
         return log
 
     def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
