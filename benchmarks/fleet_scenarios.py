@@ -69,7 +69,8 @@ def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: f
             "answered": sum(len(v) for v in log.latencies.values()), "rejected": sum(log.rejected.values()),
             "within_slo": within, "slo_compliance": within / arrived if arrived else 1.0, "device_seconds": device_s,
             "sessions": [{"model": s.model, "slo_ms": s.slo_s * 1e3, "arrivals": log.arrivals[i],
-                          "answered": len(log.latencies[i]), "rejected": log.rejected[i]}
+                          "answered": len(log.latencies[i]), "rejected": log.rejected[i],
+                          "within_slo": sum(1 for x in log.latencies[i] if x <= s.slo_s)}
                          for i, s in enumerate(sessions)],
             "epochs": [{"t": e["t"], "devices": e["devices"], "died": e["died"], "batches": e["batches"],
                         "rates": e["rates"]} for e in log.epochs],

@@ -158,6 +158,7 @@ class Fleet:
         self.dead: set[int] = set()
         self.routes: dict[int, tuple[list[int], list[float]]] = {}
         self._probes: dict[Any, int] = {}
+        self.actor_sessions: dict[int, set[int]] = {}
         for k in self.kinds:                      # every device is up (idle) before the load: no cold starts
             for _ in range(k.count):
                 self._new_actor(k, None)
@@ -180,18 +181,24 @@ class Fleet:
         for k in self.kinds:
             live = [i for i, kind in enumerate(self.actor_kind) if kind == k.name and i not in self.dead]
             nodes = [(i, n) for i, n in enumerate(plan.nodes) if n.device == k.name]
-            for j, (i, n) in enumerate(nodes):
-                if j < len(live):
-                    idx = live[j]
+            free = list(live)
+            # sticky: a node goes to the device that already serves most of its sessions (fewest moves)
+            for i, n in sorted(nodes, key=lambda x: -len(x[1].slots)):
+                mine = {s.session for s in n.slots}
+                if free:
+                    idx = max(free, key=lambda a: (len(mine & self.actor_sessions.get(a, set())), -a))
+                    free.remove(idx)
                     self.actors[idx].reconfigure.remote(n, k.profiles)
                 else:
                     idx = self._new_actor(k, n)
                 node_actor[i] = idx
+                self.actor_sessions[idx] = mine
                 for s in n.slots:
                     routes.setdefault(s.session, ([], []))
                     routes[s.session][0].append(idx)
                     routes[s.session][1].append(s.rate)
-            for idx in live[len(nodes):]:
+            for idx in free:                      # devices this plan leaves idle
+                self.actor_sessions[idx] = set()
                 self.actors[idx].reconfigure.remote(None, k.profiles)
         # No wait: an actor runs one caller's calls in order, so its reconfigure comes before the requests
         # routed to it by this plan; the load goes on meanwhile.
@@ -226,6 +233,21 @@ class Fleet:
         sessions = [Session(s.model, max(rates.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
         return plan(sessions, kinds, self.headroom, self.slo_margin)
 
+    def capacity(self, session: int) -> float:
+        """Requests/s the current plan serves for a session: Σ batch / duty cycle over its nodes."""
+        return sum(s.batch / n.duty_s for n in self.plan.nodes for s in n.slots if s.session == session)
+
+    def should_move(self, rates: dict[int, float]) -> bool:
+        """Hysteresis: re-plan when a session outgrows the current plan (its capacity falls below
+        rate x (1 + headroom/2)) or when a re-plan would free a device and every session's capacity
+        exceeds twice its rate x (1 + headroom); not on every wiggle of a measured rate, since moving
+        sessions costs queues and model switches."""
+        need = {k: max(r, 1.0) for k, r in rates.items()}
+        if any(self.capacity(k) < r * (1 + self.headroom / 2) for k, r in need.items()):
+            return True
+        slack = all(self.capacity(k) > 2 * r * (1 + self.headroom) for k, r in need.items())
+        return slack and len(self.replan(rates).nodes) < len(self.plan.nodes)
+
     def route(self, session: int, rng: random.Random) -> int | None:
         """The device that takes this request: at random in proportion to its share (None: unplaced)."""
         r = self.routes.get(session)
@@ -237,8 +259,9 @@ class Fleet:
         """Send `arrivals` ((time s, session), sorted) in wall-clock time; every `epoch_s` re-plan.
 
         `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
-        A re-plan happens at each epoch on the rates measured over it (a rising rate extrapolated to
-        the end of the next epoch), and at once when a health check (four per epoch) finds a device dead. Requests to a dead device, or to none, are counted as rejected.
+        Each epoch measures the rates (a rising one extrapolated to the end of the next epoch) and
+        re-plans when `should_move` says so; a health check (four per epoch) that finds a device dead
+        re-plans at once. Requests to a dead device, or to none, are counted as rejected.
         """
         rng = random.Random(self.seed + 1)
         counts = {s.index: 0 for s in self.sessions}
@@ -265,7 +288,8 @@ class Fleet:
                     # the plan serves the next epoch, whose end is 1.5 epochs after the middle of the measured
                     # one: a rising rate is extrapolated that far (never planned below what was measured)
                     ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
-                    self.apply(self.replan(ahead))
+                    if died or self.should_move(ahead):
+                        self.apply(self.replan(ahead))
                     log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
                                        "nodes": len(self.plan.nodes),
                                        "devices": len(set(self.node_actor.values())),
