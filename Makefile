@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test bench bench-gpu eval docs-figures synth-full clean
+.PHONY: run test test-fleet bench bench-gpu eval docs-figures synth-full clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(VENV)/.installed-run
 ## make test: set up with dev dependencies, then the whole suite
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n 2
+
+## make test-fleet: the Ray fleet's tests (adds the 'fleet' extra, Ray; `make test` skips them), about 1 min
+test-fleet: $(VENV)/.installed-dev
+	$(BIN)/python -m pip install -q -e '.[fleet]'
+	$(BIN)/python -m pytest -q tests/test_fleet_ray.py
 
 ## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev
