@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: run test lint bench bench-gpu eval docs-figures synth-full clean
+.PHONY: run test test-fleet lint bench bench-gpu eval docs-figures synth-full clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,11 @@ lint: $(VENV)/.installed-dev
 		ln -s $(CURDIR)/$$f $(TYPECHECK)/fluidnpu/$$(basename $$f); done
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir .mypy_cache -p fluidnpu
 
+## make test-fleet: the Ray fleet's tests (adds the 'fleet' extra, Ray; `make test` skips them), about 1 min
+test-fleet: $(VENV)/.installed-dev
+	$(BIN)/python -m pip install -q -e '.[fleet]'
+	$(BIN)/python -m pytest -q tests/test_fleet_ray.py
+
 ## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_dse.py
@@ -45,6 +50,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/bench_host_driver.py
 	$(BIN)/python benchmarks/bench_runtime.py
 	$(BIN)/python benchmarks/bench_serving.py
+	$(BIN)/python benchmarks/bench_plan.py
 
 ## make bench-gpu: the GPU backend's benchmarks (DVABatch, TurboTransformers' DP) into docs/figures/gpu; needs a GPU for the real figures
 bench-gpu: $(VENV)/.installed-dev
@@ -58,6 +64,7 @@ eval: $(VENV)/.installed-dev
 docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/dse_report.py --out docs/figures
 	$(BIN)/python benchmarks/rtl_agreement.py --out docs/figures/rtl
+	$(BIN)/python benchmarks/plan_headroom.py --out docs/figures/fleet
 
 ## make synth-full: Yosys synth_xilinx of the ResNet-50/ZC706 pick end to end beside the resource model
 ## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test

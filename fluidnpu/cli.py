@@ -273,6 +273,7 @@ _COMMAND_MODULES = (
     "fluidnpu.hw.cli",
     "fluidnpu.hls_gen.cli",
     "fluidnpu.scheduler_fw.gpu.cli",
+    "fluidnpu.scheduler_fw.fleet.cli",
     "fluidnpu.host_driver.cli",
     "fluidnpu.serving.cli",
 )

@@ -1,0 +1,137 @@
+"""Issue 13's scenarios on Ray with emulated boards: a ramp, three ramps together, a board killed mid-run.
+
+The example fleet (docs/examples/fleet/fleet.json: 4 ZC706 boards with the
+ResNet-50 design, 2 ZCU104 boards with the Inception-v3 design), every board
+an emulated one (fleet/ray_fleet.py: an actor sleeping through each batch's
+modelled time, samples leaving at exits). The plan is re-made every epoch on
+the rates measured over it, with headroom.
+
+1. ramp: ResNet-50 ramping 0 -> 40 req/s over 40 s, SLO 2 s;
+2. three: ResNet-50, Inception-v3 and digits-ee ramping 0 -> 40 req/s each
+   over 40 s, SLOs 1 s, 1 s and 100 ms (no @serve.batch baseline yet);
+3. kill: ResNet-50 at 30 req/s for 20 s, SLO 1 s, the board of node 0 killed at 10 s.
+
+Writes docs/figures/fleet/scenarios.{json,csv,png} and prints a summary.
+Needs Ray (the 'fleet' extra). About 2.5 minutes.
+
+    python benchmarks/fleet_scenarios.py [--epoch 2] [--headroom 0.5] [--slo-margin 0.1] [--only ramp,three,kill]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file
+from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
+from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "fleet"
+
+SCENARIOS = {
+    "ramp": {"seconds": 40.0, "sessions": [("resnet50", 2.0)], "peak": 40.0, "ramp": True},
+    "three": {"seconds": 40.0, "sessions": [("resnet50", 1.0), ("inceptionv3", 1.0), ("digits-ee", 0.1)],
+              "peak": 40.0, "ramp": True},
+    "kill": {"seconds": 20.0, "sessions": [("resnet50", 1.0)], "peak": 30.0, "ramp": False, "kill": (10.0, 0)},
+}
+
+
+def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: float, seed: int = 0) -> dict:
+    sessions = [Session(m, 1.0, slo) for m, slo in spec["sessions"]]
+    kinds = device_kinds(load_fleet_file(EXAMPLE / "fleet.json"), [s.model for s in sessions])
+    peak, T = spec["peak"], spec["seconds"]
+    if spec["ramp"]:
+        rates = {i: (lambda t, peak=peak, T=T: peak * t / T) for i in range(len(sessions))}
+        first = plan(sessions, kinds, headroom, margin)             # rates start near 0: plan for 1 req/s
+    else:
+        rates = {i: peak for i in range(len(sessions))}
+        first = plan([Session(s.model, peak, s.slo_s) for s in sessions], kinds, headroom, margin)
+    arrivals = poisson_arrivals(rates, T, seed, peak={i: peak for i in range(len(sessions))})
+    fleet = Fleet(first, kinds, seed=seed, headroom=headroom, slo_margin=margin)
+    try:
+        log = fleet.run(arrivals, epoch_s=epoch, kill=spec.get("kill"))
+    finally:
+        fleet.shutdown()
+    devices = [(0.0, len(first.nodes))] + [(e["t"], e["devices"]) for e in log.epochs]
+    device_s = sum(n * (min(T, t1) - t0) for (t0, n), (t1, _) in zip(devices, devices[1:] + [(T, 0)]) if t0 < T)
+    within = sum(1 for s, _, lat in log.answers if lat is not None and lat <= sessions[s].slo_s)
+    arrived = sum(log.arrivals.values())
+    per_second = []
+    for sec in range(int(T)):
+        xs = [(s, lat) for s, t, lat in log.answers if sec <= t < sec + 1]
+        ok = sum(1 for s, lat in xs if lat is not None and lat <= sessions[s].slo_s)
+        per_second.append({"t": sec, "requests": len(xs), "within_slo": ok})
+    return {"scenario": name, "seconds": T, "epoch_s": epoch, "headroom": headroom, "slo_margin": margin,
+            "arrivals": arrived,
+            "answered": sum(len(v) for v in log.latencies.values()), "rejected": sum(log.rejected.values()),
+            "within_slo": within, "slo_compliance": within / arrived if arrived else 1.0, "device_seconds": device_s,
+            "sessions": [{"model": s.model, "slo_ms": s.slo_s * 1e3, "arrivals": log.arrivals[i],
+                          "answered": len(log.latencies[i]), "rejected": log.rejected[i],
+                          "within_slo": sum(1 for x in log.latencies[i] if x <= s.slo_s)}
+                         for i, s in enumerate(sessions)],
+            "epochs": [{"t": e["t"], "devices": e["devices"], "died": e["died"], "batches": e["batches"],
+                        "rates": e["rates"]} for e in log.epochs],
+            "devices": devices, "per_second": per_second}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    from fluidnpu.scheduler_fw.plots import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(3, len(results), figsize=(5 * len(results), 8), sharex="col", squeeze=False)
+    for col, r in enumerate(results):
+        ax = axes[0][col]
+        ts = [t for t, _ in r["devices"]] + [r["seconds"]]
+        ax.step(ts, [n for _, n in r["devices"]] + [r["devices"][-1][1]], where="post")
+        for e in r["epochs"]:
+            if e["died"]:
+                ax.axvline(e["t"], color="red", linestyle=":", label="death found, re-planned")
+        ax.set_title(f"{r['scenario']}: {100 * r['slo_compliance']:.2f} % in SLO, {r['rejected']} refused, "
+                     f"{r['device_seconds']:.0f} device-s", fontsize=9)
+        ax.set_ylabel("devices in use")
+        ax = axes[1][col]
+        for i, s in enumerate(r["sessions"]):
+            pts = [(e["t"], e["batches"].get(i, e["batches"].get(str(i)))) for e in r["epochs"]]
+            ax.step([t for t, b in pts if b], [b for t, b in pts if b], where="post", label=s["model"])
+        ax.set_ylabel("batch size (first node)")
+        ax.legend(fontsize=7)
+        ax = axes[2][col]
+        ps = r["per_second"]
+        ax.plot([p["t"] for p in ps], [100 * p["within_slo"] / p["requests"] if p["requests"] else 100 for p in ps])
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("in SLO per second (%)")
+        ax.set_xlabel("time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--epoch", type=float, default=2.0)
+    ap.add_argument("--headroom", type=float, default=0.5)
+    ap.add_argument("--slo-margin", type=float, default=0.1)
+    ap.add_argument("--only", default="ramp,three,kill")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "fleet")
+    args = ap.parse_args()
+    results = [run_scenario(n, SCENARIOS[n], args.epoch, args.headroom, args.slo_margin)
+               for n in args.only.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "scenarios.json").write_text(json.dumps(results, indent=1))
+    keys = ["scenario", "seconds", "arrivals", "answered", "rejected", "within_slo", "slo_compliance",
+            "device_seconds"]
+    with open(args.out / "scenarios.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(results)
+    plot(results, args.out / "scenarios.png")
+    for r in results:
+        print(f"{r['scenario']}: {r['arrivals']} arrivals, {r['answered']} answered, {r['rejected']} refused, "
+              f"{100 * r['slo_compliance']:.2f} % within SLO, {r['device_seconds']:.1f} device-seconds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,6 @@
+"""Fleets of NPUs and GPUs behind one endpoint (issue 13): the Nexus planner.
+
+`nexus` is the algorithm (pure Python), `profiles` prices ℓ(b) and model
+switches from design bundles and GPU stage profiles, `inputs` reads the
+sessions and fleet files, `report` prints a plan, `cli` is `fluidnpu plan`.
+"""

@@ -1,0 +1,361 @@
+"""A plan on Ray: one actor per node, pinned to its device kind by a custom resource, emulated boards.
+
+Optional extra `fleet` (`pip install 'fluidnpu[fleet]'`, Ray); nothing else in
+fluidnpu imports Ray. Each node of the plan becomes an async Ray actor that
+asks for one unit of its kind's custom resource (`fluidnpu_<device>`: a
+cluster declares one unit per physical device of that kind, so an actor lands
+where such a device is), and runs the node's duty-cycle round robin
+(fleet/node_loop.py) on a wall clock in a thread: each batch sleeps for its
+modelled time (the perf model's cycles at the board clock, samples leaving at
+exits), i.e. an emulated board. A driver-side router sends every request of a
+session to one of the session's nodes, at random in proportion to the
+nodes' shares of its rate.
+
+On one machine `Fleet` starts a local Ray with those resources; `address`
+joins a running cluster instead (which must declare them).
+
+Not built yet (docs/fleet.md): the Ray Serve ingress behind `fluidnpu serve`,
+re-planning, device failures, the @serve.batch baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+import math
+import random
+import re
+import threading
+import time
+from typing import Any, Sequence
+
+from fluidnpu.errors import FluidError
+from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Node, Plan, Profile
+
+
+def require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise FluidError("running a fleet needs Ray: install fluidnpu's 'fleet' extra (pip install ray)") from None
+    return ray
+
+
+def resource_name(device: str) -> str:
+    """The custom resource of a device kind: fluidnpu_<name> (Ray resource names: letters, digits, _ - .)."""
+    return "fluidnpu_" + re.sub(r"[^A-Za-z0-9_.-]", "_", device)
+
+
+class NodeWorker:
+    """The body of a node's actor: DutyCycleNodes on a wall clock in a thread, requests as futures.
+
+    `reconfigure` gives the device a new node of a new plan at a cycle boundary: queued requests of
+    sessions that stay move to the new loop; the old loop keeps the others and drains first (its
+    cycles run before the new loop's), so no admitted request is dropped. A request for a session
+    the device no longer serves is refused with an error, explicitly.
+    """
+
+    def __init__(self, node: Node | None, profiles: dict[str, Profile], seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.loops: list[Any] = []          # draining loops first, the active one last
+        self.answered = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self.reconfigure(node, profiles)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def reconfigure(self, node: Node | None, profiles: dict[str, Profile]) -> int:
+        """Serve `node` from the next cycle on (None: idle after draining); returns requests still draining."""
+        from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode
+        from fluidnpu.scheduler_fw.serving import WallClock
+
+        with self._lock:
+            new = DutyCycleNode(node, profiles, WallClock(), self.rng) if node is not None and node.slots else None
+            if self.loops and new is not None:
+                old = self.loops[-1]
+                for session, j in new.slot_of.items():
+                    if session in old.slot_of:
+                        new.queues[j].extend(old.queues[old.slot_of[session]])
+                        old.queues[old.slot_of[session]].clear()
+            self.loops = [lp for lp in self.loops if lp.pending] + ([new] if new is not None else [])
+            draining = self.loops if new is None else self.loops[:-1]
+            return sum(lp.pending for lp in draining)
+
+    def _run(self) -> None:
+        while not self._stop:
+            with self._lock:
+                loop = next((lp for lp in self.loops if lp.pending), None)
+            wait = 0.05 if loop is None else loop.next_start - time.monotonic()
+            if wait > 0:     # idle, or before the cycle's start: wait unlocked, so that reconfigure never waits long
+                self._wake.wait(min(wait, 0.05))
+                self._wake.clear()
+                continue
+            with self._lock:
+                if loop not in self.loops:
+                    continue
+                finished = loop.cycle()   # submit() appends meanwhile: deques are thread-safe
+                self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
+            for _, arrival, done, fut in finished:
+                fut.set_result(done)
+            self.answered += len(finished)
+
+    async def infer(self, session: int, sent: float) -> dict[str, float]:
+        """Serve one request of `session` that arrived at `sent` (the driver's time.monotonic(): one host, one clock)."""
+        fut: Future = Future()
+        loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
+        if loop is None:
+            raise FluidError(f"session {session} is not served by this device any more (re-planned)")
+        loop.submit(session, time.monotonic(), fut)
+        self._wake.set()
+        done = await asyncio.wrap_future(fut)
+        return {"sent": sent, "done": done}
+
+    def stats(self) -> dict[str, int]:
+        return {"answered": self.answered, "pending": sum(lp.pending for lp in self.loops)}
+
+    def stop(self) -> None:
+        self._stop = True
+
+
+@dataclass
+class RunLog:
+    """What a run did: per session latencies (s), arrivals, refusals (errors, never silent), and each epoch."""
+
+    latencies: dict[int, list[float]]
+    arrivals: dict[int, int]
+    rejected: dict[int, int]
+    epochs: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[tuple[int, float, float | None]] = field(default_factory=list)   # session, arrival, latency
+
+
+class Fleet:
+    """A plan's nodes as Ray actors on emulated devices, a router, and re-planning every epoch.
+
+    Each device of each kind is one actor, started idle before any load and standing for that
+    device for its whole life; a plan (and every re-plan) hands its nodes to the live actors of
+    their kind and idles the rest. A device whose actor died is out of the fleet.
+    """
+
+    def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
+                 headroom: float = 0.0, slo_margin: float = 0.0) -> None:
+        ray = require_ray()
+        self.ray, self.plan, self.kinds, self.seed = ray, plan, list(kinds), seed
+        self.headroom, self.slo_margin = headroom, slo_margin
+        self.sessions = list(plan.sessions)
+        self._own = not ray.is_initialized()
+        if self._own:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
+                         include_dashboard=False, log_to_driver=False)
+        self._actor_cls = ray.remote(NodeWorker)
+        self.actors: list[Any] = []
+        self.actor_kind: list[str] = []
+        self.dead: set[int] = set()
+        self.routes: dict[int, tuple[list[int], list[float]]] = {}
+        self._probes: dict[Any, int] = {}
+        self.actor_sessions: dict[int, set[int]] = {}
+        for k in self.kinds:                      # every device is up (idle) before the load: no cold starts
+            for _ in range(k.count):
+                self._new_actor(k, None)
+        ray.get([a.stats.remote() for a in self.actors])
+        self.apply(plan)
+
+    # ---- placing a plan on the devices
+    def _new_actor(self, kind: DeviceKind, node: Node | None) -> int:
+        a = self._actor_cls.options(num_cpus=0, resources={resource_name(kind.name): 1}, max_concurrency=10_000) \
+            .remote(node, kind.profiles, self.seed + len(self.actors))
+        self.actors.append(a)
+        self.actor_kind.append(kind.name)
+        return len(self.actors) - 1
+
+    def apply(self, plan: Plan) -> None:
+        """Give every node of `plan` a live device of its kind and route sessions to them."""
+        self.plan = plan
+        routes: dict[int, tuple[list[int], list[float]]] = {}
+        node_actor: dict[int, int] = {}
+        for k in self.kinds:
+            live = [i for i, kind in enumerate(self.actor_kind) if kind == k.name and i not in self.dead]
+            nodes = [(i, n) for i, n in enumerate(plan.nodes) if n.device == k.name]
+            free = list(live)
+            # sticky: a node goes to the device that already serves most of its sessions (fewest moves)
+            for i, n in sorted(nodes, key=lambda x: -len(x[1].slots)):
+                mine = {s.session for s in n.slots}
+                if free:
+                    idx = max(free, key=lambda a: (len(mine & self.actor_sessions.get(a, set())), -a))
+                    free.remove(idx)
+                    self.actors[idx].reconfigure.remote(n, k.profiles)
+                else:
+                    idx = self._new_actor(k, n)
+                node_actor[i] = idx
+                self.actor_sessions[idx] = mine
+                for s in n.slots:
+                    routes.setdefault(s.session, ([], []))
+                    routes[s.session][0].append(idx)
+                    routes[s.session][1].append(s.rate)
+            for idx in free:                      # devices this plan leaves idle
+                self.actor_sessions[idx] = set()
+                self.actors[idx].reconfigure.remote(None, k.profiles)
+        # No wait: an actor runs one caller's calls in order, so its reconfigure comes before the requests
+        # routed to it by this plan; the load goes on meanwhile.
+        self.routes, self.node_actor = routes, node_actor
+
+    def check_health(self) -> list[int]:
+        """Actors found dead since the last check (their devices leave the fleet). Never blocks the load:
+        it reads the answers to the previous check's probes that have come, and probes again."""
+        probes = self._probes
+        ready, _ = self.ray.wait(list(probes), num_returns=len(probes), timeout=0) if probes else ([], [])
+        died = []
+        for r in ready:
+            i = probes.pop(r)
+            try:
+                self.ray.get(r)
+            except self.ray.exceptions.RayActorError:
+                self.dead.add(i)
+                died.append(i)
+        probed = set(probes.values())
+        for i, a in enumerate(self.actors):
+            if i not in self.dead and i not in probed:
+                probes[a.stats.remote()] = i
+        self._probes = probes
+        return sorted(died)
+
+    def replan(self, rates: dict[int, float], min_rate: float = 1.0) -> Plan:
+        """Nexus again on measured rates (each at least `min_rate`), over the devices still alive."""
+        from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
+
+        lost = {k.name: sum(1 for i in self.dead if self.actor_kind[i] == k.name) for k in self.kinds}
+        kinds = [replace(k, count=k.count - lost[k.name]) for k in self.kinds]
+        sessions = [Session(s.model, max(rates.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
+        return plan(sessions, kinds, self.headroom, self.slo_margin)
+
+    def capacity(self, session: int) -> float:
+        """Requests/s the current plan serves for a session: Σ batch / duty cycle over its nodes."""
+        return sum(s.batch / n.duty_s for n in self.plan.nodes for s in n.slots if s.session == session)
+
+    def should_move(self, rates: dict[int, float]) -> bool:
+        """Hysteresis: re-plan when a session outgrows the current plan (its capacity falls below
+        rate x (1 + headroom/2)) or when a re-plan would free a device and every session's capacity
+        exceeds twice its rate x (1 + headroom); not on every wiggle of a measured rate, since moving
+        sessions costs queues and model switches."""
+        need = {k: max(r, 1.0) for k, r in rates.items()}
+        if any(self.capacity(k) < r * (1 + self.headroom / 2) for k, r in need.items()):
+            return True
+        slack = all(self.capacity(k) > 2 * r * (1 + self.headroom) for k, r in need.items())
+        return slack and len(self.replan(rates).nodes) < len(self.plan.nodes)
+
+    def route(self, session: int, rng: random.Random) -> int | None:
+        """The device that takes this request: at random in proportion to its share (None: unplaced)."""
+        r = self.routes.get(session)
+        return rng.choices(r[0], weights=r[1])[0] if r else None
+
+    # ---- load
+    def run(self, arrivals: Sequence[tuple[float, int]], epoch_s: float | None = None,
+            kill: tuple[float, int] | None = None) -> RunLog:
+        """Send `arrivals` ((time s, session), sorted) in wall-clock time; every `epoch_s` re-plan.
+
+        `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
+        Each epoch measures the rates (a rising one extrapolated to the end of the next epoch) and
+        re-plans when `should_move` says so; a health check (four per epoch) that finds a device dead
+        re-plans at once. Requests to a dead device, or to none, are counted as rejected.
+        """
+        rng = random.Random(self.seed + 1)
+        counts = {s.index: 0 for s in self.sessions}
+        window = dict(counts)
+        refs: list[tuple[int, Any]] = []
+        rejected = dict(counts)
+        log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
+        t0 = time.monotonic()
+        next_epoch = epoch_s if epoch_s else math.inf
+        health_s = epoch_s / 4 if epoch_s else math.inf
+        next_health, epoch_start = health_s, 0.0
+        killed = False
+        for t, session in arrivals:
+            while t >= min(next_epoch, next_health):
+                now = min(next_epoch, next_health)
+                died = self.check_health()
+                if now == next_epoch or died:      # every epoch, and at once when a device died
+                    span = max(now - epoch_start, 1e-9)
+                    rates = {k: v / span for k, v in window.items()}
+                    if now < next_epoch:           # a death mid-epoch: keep the last full epoch's rates
+                        rates = log.epochs[-1]["rates"] if log.epochs else {
+                            s.index: r for s in self.sessions for r in [self.plan.placed_rate(s.index)]}
+                    before = log.epochs[-1]["rates"] if log.epochs else rates
+                    # the plan serves the next epoch, whose end is 1.5 epochs after the middle of the measured
+                    # one: a rising rate is extrapolated that far (never planned below what was measured)
+                    ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
+                    if died or self.should_move(ahead):
+                        self.apply(self.replan(ahead))
+                    log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
+                                       "nodes": len(self.plan.nodes),
+                                       "devices": len(set(self.node_actor.values())),
+                                       "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
+                                       "unplaced": [u.session for u in self.plan.unplaced]})
+                    if now == next_epoch:
+                        window, epoch_start = {k: 0 for k in window}, now
+                        next_epoch += epoch_s or math.inf
+                next_health = now + health_s if now == next_health else next_health
+            if kill is not None and not killed and t >= kill[0]:
+                if kill[1] in self.node_actor:
+                    self.ray.kill(self.actors[self.node_actor[kill[1]]])
+                killed = True
+            delay = t0 + t - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            counts[session] += 1
+            window[session] += 1
+            node = self.route(session, rng)
+            if node is None or node in self.dead:
+                rejected[session] += 1
+                log.answers.append((session, t, None))
+                continue
+            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
+        for session, t, ref in refs:
+            try:
+                r = self.ray.get(ref)
+            except self.ray.exceptions.RayError:
+                rejected[session] += 1
+                log.answers.append((session, t, None))
+                continue
+            log.latencies[session].append(r["done"] - r["sent"])
+            log.answers.append((session, t, r["done"] - r["sent"]))
+        return log
+
+    def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
+        """Each session's placed rate as Poisson arrivals for `seconds`, no re-planning: (latencies, arrivals)."""
+        log = self.run(poisson_arrivals({s.index: self.plan.placed_rate(s.index) for s in self.sessions},
+                                        seconds, seed))
+        return log.latencies, log.arrivals
+
+    def shutdown(self) -> None:
+        for i, a in enumerate(self.actors):
+            if i in self.dead:
+                continue
+            try:
+                self.ray.get(a.stop.remote())
+                self.ray.kill(a)
+            except self.ray.exceptions.RayError:
+                pass
+        if self._own:
+            self.ray.shutdown()
+
+
+def poisson_arrivals(rates: dict[int, float] | dict[int, Any], seconds: float, seed: int = 0,
+                     peak: dict[int, float] | None = None) -> list[tuple[float, int]]:
+    """Sorted (time, session) of Poisson arrivals; a rate may be a function of time (thinning, under `peak`)."""
+    rng = random.Random(seed)
+    out = []
+    for session, rate in rates.items():
+        top = float(rate) if not callable(rate) else float((peak or {})[session])
+        t = 0.0
+        while top > 0:
+            t += rng.expovariate(top)
+            if t >= seconds:
+                break
+            if not callable(rate) or rng.random() * top < rate(t):
+                out.append((t, session))
+    return sorted(out)

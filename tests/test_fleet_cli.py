@@ -1,0 +1,169 @@
+"""`fluidnpu plan`: the issue's file formats, ℓ(b) from real design bundles and GPU profiles, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fluidnpu.boards.catalog import load_board
+from fluidnpu.bundle import bundle_from_result
+from fluidnpu.cli import main
+from fluidnpu.dse.search import DSEOptions, evaluate_design
+from fluidnpu.scheduler_fw.fleet.profiles import MMIO_WRITE_NS, npu_segment_seconds, npu_switch_seconds
+from fluidnpu.workload import Workload
+from fluidnpu.zoo import zoo_model
+
+# A staged-engine profile (host_driver/staged/slicing.py's JSON): two stages, 12 ms + 2 ms per sample.
+GPU_PROFILE = {"batch_sizes": [1, 2, 4, 8], "bounds": [[0, 3], [3, 6]], "device": "cuda",
+               "stage_seconds": [[0.008, 0.010, 0.014, 0.022], [0.006, 0.008, 0.012, 0.020]]}
+
+
+@pytest.fixture(scope="module")
+def digits_bundle():
+    """digits-ee on a small ZCU104 NPU (no search: one evaluated design)."""
+    return bundle_from_result(evaluate_design(zoo_model("digits-ee"), load_board("zcu104"), 32, 16, 16,
+                                              DSEOptions(bmax=4)))
+
+
+@pytest.fixture
+def files(tmp_path, digits_bundle):
+    digits_bundle.save(tmp_path / "digits_zcu104.json")
+    (tmp_path / "r50_gpu.json").write_text(json.dumps(GPU_PROFILE))
+    fleet = {"devices": [{"name": "zcu104-a", "board": "zcu104", "design": "digits_zcu104.json", "count": 2},
+                         {"name": "gpu", "kind": "gpu", "profile": "r50_gpu.json", "model": "resnet50", "count": 2}]}
+    sessions = [{"model": "digits-ee", "rate": 300000, "slo_ms": 1},
+                {"model": "resnet50", "rate": 500, "slo_ms": 60},
+                {"model": "digits-ee", "rate": 10, "slo_ms": 0.0001}]
+    (tmp_path / "fleet.json").write_text(json.dumps(fleet))
+    (tmp_path / "sessions.json").write_text(json.dumps(sessions))
+    return tmp_path
+
+
+def plan_cli(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        main(["plan", *args])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_plan_json(files, capsys):
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet",
+                              str(files / "fleet.json"), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert set(d) >= {"nodes", "sessions", "unplaced", "node_count", "lower_bound"}
+    for n in d["nodes"]:
+        assert n["device"] in ("zcu104-a", "gpu") and n["duty_cycle_ms"] > 0
+        assert sum(s["occupancy"] for s in n["sessions"]) + n["switch_ms"] / n["duty_cycle_ms"] <= 1 + 1e-9
+        for s in n["sessions"]:
+            assert set(s) >= {"model", "rate", "batch", "latency_ms", "occupancy"}
+            assert s["batch"] / (n["duty_cycle_ms"] / 1e3) >= s["rate"] * (1 - 1e-9)
+            assert n["duty_cycle_ms"] + s["latency_ms"] <= s["slo_ms"] + 1e-9
+            assert (s["model"] == "resnet50") == (n["device"] == "gpu")   # the digits FBCB cannot hold ResNet-50
+    # ResNet-50 on the GPU profile: ℓ(b) = both stages, interpolated; B = 5 (2 x 30 ms <= 60 ms), T = 5/30 ms:
+    # the 2 GPUs take 333.3/s and the rest has no free device.
+    r50 = [s for n in d["nodes"] for s in n["sessions"] if s["session"] == 1]
+    assert [s["batch"] for s in r50] == [5, 5] and r50[0]["latency_ms"] == pytest.approx(30.0)
+    assert [(u["session"], u["rate"]) for u in d["unplaced"]] == [(1, pytest.approx(500 - 2 * 5 / 0.030)), (2, 10)]
+    assert "no free device" in d["unplaced"][0]["reason"] and "below ℓ(1)" in d["unplaced"][1]["reason"]
+    assert d["sessions"][0]["placed_rate"] == pytest.approx(300000)
+    assert d["node_count"] == len(d["nodes"]) == 3   # the lower bound (3.7) counts the load the fleet cannot take
+
+
+def test_plan_prints_the_seed_format_and_plots(files, capsys):
+    png = files / "plan.png"
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--plot", str(png))
+    assert code == 0, err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for text in ("Node duty cycle:", "session number 1 has occupancy:", "Model name: resnet50", "lower bound",
+                 "Unplaced: digits-ee"):
+        assert text in out
+
+
+def test_plan_check_and_headroom_json(files, capsys):
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--headroom", "0.5", "--check", "0.2", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    c = d["check"]
+    assert d["headroom"] == 0.5 and c["arrivals"] == c["answered"] > 0
+    rows = {r["session"]: r for r in c["sessions"]}
+    assert rows[2]["arrivals"] == 0 and rows[2]["slo_compliance"] is None        # nothing placed, nothing replayed
+    assert rows[0]["arrivals"] > 0 and 0 <= rows[0]["slo_compliance"] <= 1
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--headroom", "-1")
+    assert code == 2 and "--headroom" in err
+
+
+def test_other_model_latency_matches_the_bundle_table(digits_bundle):
+    """The perf-model path for a model that is not the bundle's reproduces the bundle's table on its own model."""
+    wl = digits_bundle.workload
+    renamed = Workload("digits copy", wl.backbone, wl.exits, wl.input_shape, wl.source)
+    got, want = npu_segment_seconds(digits_bundle, renamed), digits_bundle.latency_table()
+    assert [pytest.approx(row, rel=1e-9) for row in want] == got
+
+
+def test_switch_cost_counts_fbcb_writes_and_the_weight_image(digits_bundle):
+    wl = digits_bundle.workload
+    fbcb = len(wl.layers()) * digits_bundle.bmax * MMIO_WRITE_NS * 1e-9
+    assert npu_switch_seconds(digits_bundle, wl, weights_resident=True) == pytest.approx(fbcb)
+    words = sum(x.weight_count for x in wl.layers())
+    moved = npu_switch_seconds(digits_bundle, wl) - fbcb
+    assert moved == pytest.approx(2 * 2 * words / digits_bundle.board.bandwidth_bytes_per_s(200.0))
+
+
+@pytest.mark.parametrize("what, sessions, fleet, message", [
+    ("missing", None, None, "does not exist"),
+    ("not json", "[{", None, "not valid JSON"),
+    ("negative rate", [{"model": "digits-ee", "rate": -1, "slo_ms": 5}], None, "sessions file"),
+    ("unknown model", [{"model": "vgg", "rate": 1, "slo_ms": 5}], None, "unknown model"),
+    ("no devices", None, {"devices": []}, "fleet file"),
+    ("duplicate names", None, {"devices": [{"name": "a", "design": "digits_zcu104.json", "count": 1}] * 2},
+     "unique"),
+    ("gpu without model", None, {"devices": [{"name": "g", "kind": "gpu", "profile": "r50_gpu.json", "count": 1}]},
+     "which model"),
+    ("wrong board", None, {"devices": [{"name": "a", "board": "zc706", "design": "digits_zcu104.json",
+                                        "count": 1}]}, "built for"),
+    ("bad profile", None, {"devices": [{"name": "g", "kind": "gpu", "profile": "fleet.json", "model": "resnet50",
+                                        "count": 1}]}, "staged-engine profile"),
+])
+def test_bad_input_is_one_line_and_exit_2(files, capsys, what, sessions, fleet, message):
+    s_path, f_path = files / "sessions.json", files / "fleet.json"
+    if what == "missing":
+        s_path = files / "nope.json"
+    elif sessions is not None:
+        s_path = files / "bad_sessions.json"
+        s_path.write_text(sessions if isinstance(sessions, str) else json.dumps(sessions))
+    if fleet is not None:
+        f_path = files / "bad_fleet.json"
+        f_path.write_text(json.dumps(fleet))
+    code, out, err = plan_cli(capsys, "--sessions", str(s_path), "--fleet", str(f_path))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+    assert "Traceback" not in err
+
+
+def test_gpu_only_model_needs_no_npu_workload(files, capsys):
+    fleet = {"devices": [{"name": "zcu104-a", "design": "digits_zcu104.json", "count": 1},
+                         {"name": "gpu", "kind": "gpu", "profile": {"cnn": "r50_gpu.json"}, "count": 1}]}
+    (files / "fleet2.json").write_text(json.dumps(fleet))
+    (files / "s2.json").write_text(json.dumps([{"model": "cnn", "rate": 20, "slo_ms": 200}]))
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "s2.json"), "--fleet", str(files / "fleet2.json"),
+                              "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert [n["device"] for n in d["nodes"]] == ["gpu"] and d["unplaced"] == []
+
+
+def test_run_without_ray_says_how_to_get_it(files, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)      # as if the 'fleet' extra were not installed
+    code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
+                              "--run", "1")
+    assert code == 2 and "'fleet' extra" in err and len(err.strip().splitlines()) == 1
