@@ -219,9 +219,15 @@ class LayerCosts:
         columns [q*w, (q+1)*w) are covered by the NMAX/2-column chunks from the one holding
         column q*w, each read q*w int32 before the logical column it lands in, from a 64-byte
         aligned bias array (a packed pass is the layer's only column tile)."""
-        bw, wpb = np.asarray(self.bias_chunk), self.bus.words_per_beat
-        total = np.zeros(np.broadcast(w, groups, bw).shape)
-        n_chunks = int(np.max(-(-(np.max(w) + np.max(bw) - 1) // np.min(bw))))
+        wpb = self.bus.words_per_beat
+        shape = np.broadcast(w, groups, self.bias_chunk).shape
+        total = np.zeros(shape)
+        packed = np.broadcast_to(groups, shape) > 1      # only packed passes copy (the DSE's few)
+        if not packed.any():
+            return total
+        w, groups, bw = (np.broadcast_to(x, shape)[packed] for x in (w, groups, self.bias_chunk))
+        copies = np.zeros(w.shape)
+        n_chunks = int(np.max(-(-(w + bw - 1) // bw)))    # chunks that cover w columns from any offset
         for q in range(1, int(np.max(groups))):
             lo = q * w
             b0 = lo // bw * bw
@@ -229,7 +235,8 @@ class LayerCosts:
                 col = b0 + i * bw                          # the chunk's first logical column
                 n = 2 * np.clip(lo + w - col, 0, bw)       # words of this read (0: no read)
                 beats = ((2 * (col - lo)) % wpb + n + wpb - 1) // wpb
-                total = total + np.where((q < groups) & (n > 0), beats, 0)
+                copies = copies + np.where((q < groups) & (n > 0), beats, 0)
+        total[packed] = copies
         return total * (wpb * self.bus.word_bytes / self.bus.bytes_per_cycle)
 
     def tile(self, w: ArrayLike, groups: ArrayLike = 1) -> TileCosts:
@@ -258,6 +265,13 @@ class LayerCosts:
         n = self.bus.n_ports
         if n == 1 or not self.skew:
             return np.zeros(np.broadcast(np.asarray(t), np.asarray(groups), self.n_p).shape)
+        d_weights, d_inputs = self._skew_terms(t, tile, groups)
+        return np.maximum(np.maximum(d_weights, d_inputs), 0.0)
+
+    def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """`port_skew` before its max: (last weight row in + m, last input run out) - stream. Each is
+        linear minus convex in t (m, c and the beats grow linearly with t), so concave in t."""
+        n = self.bus.n_ports
         pc = self.bus.port_cycles
         in_runs = np.asarray(self.in_runs, dtype=float)
         m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p          # input commands a step
@@ -267,7 +281,15 @@ class LayerCosts:
         last_w = np.maximum(self.TPk - 1 + b_w, (self.TPk - 1) % n + _ceil_div(self.TPk, n) * b_w)
         stream = self.bus.stream(self.TPk * tile.row_beats + m * np.asarray(self.in_beats)
                                  / np.maximum(in_runs, 1e-9), c)
-        return np.maximum(np.maximum(last_w + m, c - 1 + b_in) - stream, 0.0)
+        return last_w + m - stream, c - 1 + b_in - stream
+
+    def port_skew_floor(self, t_lo: ArrayLike, t_hi: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """A lower bound on `port_skew` at every t in [t_lo, t_hi], equal to it at t_lo == t_hi: each
+        concave term is smallest at an end of the range (the DSE's bound on the prologue)."""
+        if self.bus.n_ports == 1:
+            return np.zeros(np.broadcast(np.asarray(t_lo), np.asarray(t_hi), np.asarray(groups), self.n_p).shape)
+        (w_lo, i_lo), (w_hi, i_hi) = self._skew_terms(t_lo, tile, groups), self._skew_terms(t_hi, tile, groups)
+        return np.maximum(np.maximum(np.minimum(w_lo, w_hi), np.minimum(i_lo, i_hi)), 0.0)
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
@@ -646,15 +668,18 @@ def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple
     body at hi, regroup and prologue at lo, the drain at the better end (it is concave in the
     last block's size, which grows with TR), the planning with lo's narrow divider and hi's
     pass kinds, all on the skew-free costs (`without_port_skew`: the several-port skew is not
-    convex in a block's rows). Where the mode does not exist at hi it exists nowhere on the
-    range (inf). At lo == hi on one port the bound is the cycles, bit for bit.
+    convex in a block's rows), plus the prologue's skew at its smaller end (`port_skew_floor`).
+    Where the mode does not exist at hi it exists nowhere on the range (inf). At lo == hi the
+    bound is the cycles, bit for bit, unless the skew delays a block (then it is below them).
     """
     at_hi = layer_parts(setup, hi)
     free = without_port_skew(setup)
     free_hi = at_hi if free is setup else layer_parts(free, hi)
     rb_lo = row_blocks(free, lo)
     rb_hi = row_blocks(free, hi)
-    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo),
+    groups = np.where(setup.npass == 1, setup.h, setup.g)
+    skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, groups)
+    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo) + skew,
                      np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
     return at_hi.cycles(setup), low.cycles(free)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -71,7 +72,10 @@ def test_plan_json(files, capsys):
     assert [(u["session"], u["rate"]) for u in d["unplaced"]] == [(1, pytest.approx(500 - 2 * 5 / 0.030)), (2, 10)]
     assert "no free device" in d["unplaced"][0]["reason"] and "below ℓ(1)" in d["unplaced"][1]["reason"]
     assert d["sessions"][0]["placed_rate"] == pytest.approx(300000)
-    assert d["node_count"] == len(d["nodes"]) == 3   # the lower bound (3.7) counts the load the fleet cannot take
+    # digits-ee: floor(rate / T) saturated nodes at T = B / l(B), and one for the residue
+    digits = [n["sessions"][0] for n in d["nodes"] if n["device"] == "zcu104-a"]
+    assert len(digits) == math.ceil(300000 * digits[0]["latency_ms"] / 1e3 / digits[0]["batch"] - 1e-9)
+    assert d["node_count"] == len(d["nodes"]) == 2 + len(digits)  # the lower bound counts what the fleet cannot take
 
 
 def test_plan_prints_the_seed_format_and_plots(files, capsys):

@@ -39,7 +39,7 @@ def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optiona
               grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
               pace: Optional[str], stop_after: Optional[float], as_json: bool) -> None:
     """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM."""
-    from fluidnpu.cli import _emit_json, err
+    from fluidnpu.output import emit_json, err
     from fluidnpu.errors import FluidError
     from fluidnpu.serving.server import serve_command
 
@@ -53,7 +53,7 @@ def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optiona
     except OSError as exc:
         raise FluidError(f"cannot serve: {exc}") from None
     if as_json:
-        _emit_json(rep)
+        emit_json(rep)
     else:
         c = rep["counters"]
         err.print(f"drained in {rep['drained_s']:.2f} s: admitted {c.get('admitted', 0)}, answered "
@@ -79,7 +79,7 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
              model: str, token_file: Optional[str], deadline: Optional[float], slo: float, seed: int,
              as_json: bool) -> None:
     """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back."""
-    from fluidnpu.cli import _emit_json, out
+    from fluidnpu.output import emit_json, out
     from fluidnpu.errors import FluidError
     from fluidnpu.serving.edge import run_swarm
 
@@ -96,7 +96,7 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
     except ModuleNotFoundError as exc:
         raise FluidError(f"`fluidnpu edge` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
     if as_json:
-        _emit_json(rep)
+        emit_json(rep)
         return
     lat = rep["latency_ms"]
     out.print(f"{rep['devices']} edge devices, {rep['protocol']}, {rep['pattern']} {rep['rate']:g} req/s for "

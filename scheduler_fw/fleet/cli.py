@@ -1,7 +1,6 @@
 """`fluidnpu plan`: how many devices a set of sessions needs and what runs where (Nexus).
 
-Registered by fluidnpu/cli.py through `commands`; fluidnpu.cli's helpers are
-imported inside the command body because fluidnpu.cli imports this module.
+Registered by fluidnpu/cli.py through `commands`; output helpers come from fluidnpu.output.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
              check_s: float,
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
-    from fluidnpu.cli import _emit_json, err, out
+    from fluidnpu.output import emit_json, err, out
     from fluidnpu.errors import FluidError
     from fluidnpu.scheduler_fw.fleet.check import check_plan
     from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file, load_sessions
@@ -76,7 +75,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         plot_plan(d, plot)
         d["plot"] = plot
     if as_json:
-        _emit_json(d)
+        emit_json(d)
     else:
         text = plan_text(d) + ("\n" + check_text(d["check"]) if check_s else "")
         if run_s:

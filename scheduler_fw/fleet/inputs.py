@@ -100,7 +100,7 @@ def device_kinds(devices: list[dict[str, Any]], models: list[str], early_exit: b
     A session model must be a zoo name or an ONNX path, unless a GPU profile names it: then it may be a
     GPU-only model (one of the staged engine's workloads) that no NPU serves.
     """
-    from fluidnpu.cli import load_model
+    from fluidnpu.design import load_model
     from fluidnpu.host_driver.staged.slicing import StageProfile
     from fluidnpu.scheduler_fw.fleet.profiles import MMIO_WRITE_NS, gpu_profile, npu_profile
     from fluidnpu.scheduler_fw.latency import load_design
