@@ -83,12 +83,9 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
     from fluidnpu.errors import FluidError
     from fluidnpu.serving.edge import run_swarm
 
-    token = None
-    if token_file:
-        try:
-            token = open(token_file, encoding="utf-8").read().strip()
-        except OSError as exc:
-            raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+    from fluidnpu.serving.server import read_token
+
+    token = read_token(token_file)
     url = url or ("127.0.0.1:8001" if protocol == "grpc-stream" else "127.0.0.1:8000")
     try:
         rep = run_swarm(url, protocol=protocol, devices=devices, rate=rate, duration_s=duration, pattern=pattern,

@@ -44,6 +44,19 @@ class Server:
     metrics: Any
 
 
+def read_token(token_file: Optional[str]) -> Optional[str]:
+    """The bearer token in `--token-file` (None without one), or a one-line error."""
+    if not token_file:
+        return None
+    try:
+        token = open(token_file, encoding="utf-8").read().strip()
+    except OSError as exc:
+        raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
+    if not token:
+        raise FluidError(f"--token-file {token_file} is empty")
+    return token
+
+
 def _paced_table(table: Any, bundle: Any, bmax: int) -> Any:
     from fluidnpu.scheduler_fw.latency import LatencyTable
 
@@ -207,14 +220,7 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
     for port, what in ((http_port, "--http-port"), (grpc_port, "--grpc-port")):
         if not 0 <= port <= 65535:
             raise FluidError(f"{what} must be in 0..65535, got {port}")
-    token = None
-    if token_file:
-        try:
-            token = open(token_file, encoding="utf-8").read().strip()
-        except OSError as exc:
-            raise FluidError(f"cannot read --token-file {token_file}: {exc.strerror}") from None
-        if not token:
-            raise FluidError(f"--token-file {token_file} is empty")
+    token = read_token(token_file)
     if bool(tls_cert) != bool(tls_key):
         raise FluidError("--tls-cert and --tls-key go together")
     tls = (tls_cert, tls_key) if tls_cert else None
