@@ -29,7 +29,7 @@ space in one call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Union
 
 import numpy as np
@@ -105,6 +105,11 @@ class TileCosts:
     first_weights: np.ndarray  # the first step's weight rows + bias
     out_row: np.ndarray        # one output row of one group (the writer's command)
     row_beats: np.ndarray      # beats of one weight row (one DMA command, on one port)
+
+
+def astuple_shallow(tile: TileCosts) -> tuple[np.ndarray, ...]:
+    """A TileCosts' arrays in field order (dataclasses.astuple would deep-copy them)."""
+    return tuple(getattr(tile, f.name) for f in fields(tile))
 
 
 @dataclass(frozen=True)
@@ -509,7 +514,7 @@ class LayerSetup:
     full_h: TileCosts            # ... by the last pass's h groups
     last_g: TileCosts            # the last column tile, g groups
     last_h: TileCosts            # ... h groups
-    first: TileCosts             # the layer's first pass (a full column tile)
+    first: TileCosts             # the layer's first pass: full_h where it is the only pass, else full_g
 
 
 def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) -> LayerSetup:
@@ -526,9 +531,11 @@ def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) ->
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
     # every group of a pass reads its own copy of the tile's weights and bias (no replication network)
     tile = mode.costs.tile
+    full_g, full_h = tile(mode.w_full, g), tile(mode.w_full, h)
     return LayerSetup(mode, R, G, b, BR, BP, packed, g, h, npass, BR * R, rows_last, (npass > 1) & (h != g),
-                      tile(mode.w_full, g), tile(mode.w_full, h), tile(mode.w_last, g), tile(mode.w_last, h),
-                      tile(mode.w_full, np.where(npass == 1, h, g)))
+                      full_g, full_h, tile(mode.w_last, g), tile(mode.w_last, h),
+                      TileCosts(*(np.where(npass == 1, a, b) for a, b in zip(astuple_shallow(full_h),
+                                                                             astuple_shallow(full_g)))))
 
 
 def _split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -43,26 +43,22 @@ def progress_bar(console: Console, quiet: bool, label: str = "{task.description}
                     console=console, transient=True, disable=quiet and not console.is_terminal)
 
 
+_OS_REASONS = {
+    errno.ELOOP: "a symbolic link loop",
+    errno.EISDIR: "it is a directory, not a file",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOENT: "no such file or directory",
+    errno.EROFS: "read-only file system",
+    errno.ENOSPC: "no space left on the device",
+}
+
+
 def os_error_message(exc: OSError, path: str | os.PathLike[str], action: str) -> str:
     """'cannot <action> <path>: <reason>' in words a user can act on."""
     p = Path(exc.filename) if getattr(exc, "filename", None) else Path(path)
-    code = exc.errno
-    if code == errno.ELOOP:
-        reason = "a symbolic link loop"
-    elif code == errno.EISDIR:
-        reason = "it is a directory, not a file"
-    elif code == errno.ENOTDIR:
-        reason = "a part of the path is a file, not a directory"
-    elif code in (errno.EACCES, errno.EPERM):
-        reason = "permission denied"
-    elif code == errno.ENOENT:
-        reason = "no such file or directory"
-    elif code == errno.EROFS:
-        reason = "read-only file system"
-    elif code == errno.ENOSPC:
-        reason = "no space left on the device"
-    else:
-        reason = exc.strerror or type(exc).__name__
+    reason = _OS_REASONS.get(exc.errno or 0) or exc.strerror or type(exc).__name__
     where = str(p) if str(p) == str(path) else f"{path} ({p})"
     return f"cannot {action} {where}: {reason}"
 

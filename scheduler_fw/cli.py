@@ -169,11 +169,15 @@ def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None
         for key, what in (("", "each on its own design"), ("same_hardware", "all on FluidB's design")):
             h = headline.get(key, {}) if key else headline
             if "mean_latency_gain" in h:
-                lo, hi = h["mean_latency_gain_ci"]
-                out.print(f"headline (Figs. 4 + 5, {h['points']} of {h['points_total']} points below saturation, "
-                          f"{what}): FluidB mean latency {h['mean_latency_gain']:.2f}x lower [95% CI {lo:.2f}-"
-                          f"{hi:.2f}] (paper 1.97x), violation rate {100 * h['baseline_violation_rate']:.1f}% -> "
-                          f"{100 * h['fluidb_violation_rate']:.2f}% (headline.json)")
+                out.print(f"headline (Figs. 4 + 5, {what}): {_gain_line(h)} (paper 1.97x; headline.json)")
+
+
+def _gain_line(h: dict[str, Any]) -> str:
+    """One headline aggregate (scheduler_fw/headline.py) as a sentence."""
+    lo, hi = h["mean_latency_gain_ci"]
+    return (f"{h['points']} of {h['points_total']} points below saturation: FluidB mean latency "
+            f"{h['mean_latency_gain']:.2f}x lower (geomean, 95% CI {lo:.2f}-{hi:.2f}), p99 {h['p99_latency_gain']:.2f}x; "
+            f"violation rate {100 * h['baseline_violation_rate']:.1f}% vs {100 * h['fluidb_violation_rate']:.2f}%")
 
 
 def _print_summary(out, name: str, r: dict[str, Any]) -> None:
@@ -221,11 +225,7 @@ def _print_summary(out, name: str, r: dict[str, Any]) -> None:
             t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" for x in xs))
         out.print(t)
     if "mean_latency_gain" in s:
-        lo, hi = s["mean_latency_gain_ci"]
-        out.print(f"FluidB vs the baselines, {s['points']} of {s['points_total']} points below saturation: mean "
-                  f"latency {s['mean_latency_gain']:.2f}x lower (geomean, 95% CI {lo:.2f}-{hi:.2f}), "
-                  f"p99 {s['p99_latency_gain']:.2f}x; violation rate {100 * s['baseline_violation_rate']:.1f}% "
-                  f"vs {100 * s['fluidb_violation_rate']:.2f}%")
+        out.print(f"FluidB vs the baselines: {_gain_line(s)}")
 
 
 commands: list[click.Command] = [simulate_cmd, eval_cmd]

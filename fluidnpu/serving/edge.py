@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -130,6 +131,16 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
             "exits": {str(k): v for k, v in sorted(tally.exits.items())}}
 
 
+def _paced(ts: np.ndarray, t0: float, dev: int, n_images: int) -> Iterator[tuple[int, int]]:
+    """(request k, test image j) of device `dev`, each yielded at its scheduled time t0 + ts[k]; devices
+    walk the test split from different places."""
+    for k, t in enumerate(ts):
+        dt = t0 + t - time.monotonic()
+        if dt > 0:
+            time.sleep(dt)
+        yield k, (dev * 7919 + k) % n_images
+
+
 def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.ndarray, dev: int, t0: float,
                  tally: _Tally, headers: Any, params: Any, slo_s: float, binary: bool) -> None:
     import tritonclient.http as th
@@ -138,11 +149,7 @@ def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
     client = th.InferenceServerClient(url, connection_timeout=10, network_timeout=30)
     outs = [th.InferRequestedOutput("class", binary_data=binary), th.InferRequestedOutput("exit", binary_data=binary)]
     try:
-        for k, t in enumerate(ts):
-            dt = t0 + t - time.monotonic()
-            if dt > 0:
-                time.sleep(dt)
-            j = (dev * 7919 + k) % len(xte)
+        for k, j in _paced(ts, t0, dev, len(xte)):
             inp = th.InferInput("input", [1, *xte.shape[1:]], "FP32")
             inp.set_data_from_numpy(xte[j:j + 1], binary_data=binary)
             with tally.lock:
@@ -184,11 +191,7 @@ def _grpc_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
     client.start_stream(callback=callback, headers=headers)
     outs = [tg.InferRequestedOutput("class"), tg.InferRequestedOutput("exit")]
     try:
-        for k, t in enumerate(ts):
-            dt = t0 + t - time.monotonic()
-            if dt > 0:
-                time.sleep(dt)
-            j = (dev * 7919 + k) % len(xte)
+        for k, j in _paced(ts, t0, dev, len(xte)):
             inp = tg.InferInput("input", [1, *xte.shape[1:]], "FP32")
             inp.set_data_from_numpy(xte[j:j + 1])
             rid = f"{dev}-{k}"
