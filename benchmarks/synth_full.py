@@ -84,7 +84,7 @@ def main() -> None:
     y = cal.yosys_summary(rep)
     dse = bundle.data["dse"]
     model = design_resources(params.TR, params.TP, params.TC, board, params.bmax, params.layers,
-                             dse["stackable"], packing=params.packing)
+                             dse["stackable"], banks=params.banks)
     rows = []
     for key, yv, mv, tol in (("LUT (outside buffers)", y["lut_priced"], model.lut, 0.10),
                              ("FF", y["ff"], model.ff, 0.10), ("DSP", y["dsp"], model.dsp, 0.0),
@@ -93,7 +93,7 @@ def main() -> None:
         rows.append({"resource": key, "yosys": yv, "model": mv, "error": err,
                      "within_target": err is not None and abs(err) <= tol + 1e-12})
     doc = {"design": {"TR": params.TR, "TP": params.TP, "TC": params.TC, "bmax": params.bmax,
-                      "layers": params.layers, "packing": params.packing},
+                      "layers": params.layers, "NB": params.banks},
            "model": bundle.workload.name, "board": board.name, "family": family, "rows": rows,
            "yosys_seconds": rep["seconds"], "yosys": rep["yosys"], "machine": cal.machine(),
            "modules": y["modules"], "wall_seconds": time.perf_counter() - t0}

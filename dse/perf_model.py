@@ -12,7 +12,7 @@ In short, for a layer run at batch b with split BR and Stackable-PE mode k:
   samples are appended along R (its rows are the concatenation of its samples'
   rows). Groups are appended along P of the input matrix, i.e. side by side
   with their own input columns; in hardware a group owns a set of PE columns
-  and its own input-buffer bank. When C <= TCk, g = min(BP, TCk // C) groups
+  and its own input-buffer bank. When C <= TCk, g = min(BP, TCk // C, NB) groups
   share one pass over the PE array (each group's row tile is then at most
   TRk // g rows, the input buffer being split between the groups); when
   C > TCk each group takes its own passes over ceil(C/TCk) column tiles.
@@ -517,7 +517,10 @@ class LayerSetup:
     first: TileCosts             # the layer's first pass: full_h where it is the only pass, else full_g
 
 
-def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) -> LayerSetup:
+def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int,
+                banks: int | None = None) -> LayerSetup:
+    """`banks`: the engine's input banks NB, which cap the groups of a pass (None: no cap, as on an
+    engine with NB >= Bmax)."""
     if not 1 <= BR <= b:
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
     R, G = np.asarray(R, dtype=np.int64), np.asarray(G, dtype=np.int64)
@@ -525,7 +528,7 @@ def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int) ->
     BP = -(-b // BR)
     n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
     packed = C <= TCk
-    g = np.where(packed, np.minimum(BP, TCk // np.maximum(C, 1)), 1)
+    g = np.where(packed, np.minimum(min(BP, banks or BP), TCk // np.maximum(C, 1)), 1)
     npass = _ceil_div(np.int64(BP), g)
     h = BP - (npass - 1) * g            # groups in the last pass
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
@@ -696,7 +699,7 @@ def layer_cycles(
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
     timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
-    inside: ArrayLike = 1.0, geometry=None, ports: int = 0,
+    inside: ArrayLike = 1.0, geometry=None, ports: int = 0, banks: int | None = None,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
@@ -705,7 +708,8 @@ def layer_cycles(
     ports the DMA deals its commands over (0: bytes_per_cycle / port_bytes, rounded up);
     `inside` = `im2col_inside` of a padded convolution; `geometry` (a layer
     descriptor, scalar design only): price the input reads exactly
-    (`im2col_row_reads`) instead of at their average alignment.
+    (`im2col_row_reads`) instead of at their average alignment; `banks`: the
+    engine's input banks NB (None: as many as groups).
     Returns float cycles (np.inf where the mode does not exist on the design,
     e.g. k=1/2 with TP=1). Broadcasts over all array arguments. The steps
     (`mode_costs`, `layer_setup`, `layer_parts`) are public so that the DSE
@@ -715,12 +719,13 @@ def layer_cycles(
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
     bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports)
     mode = mode_costs(TP, TC, R, P, C, k_code, bus, timing, taps, inside, geometry)
-    setup = layer_setup(mode, R, G, b, BR)
+    setup = layer_setup(mode, R, G, b, BR, banks)
     return layer_parts(setup, TR).cycles(setup)
 
 
 def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,
-                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1) -> int:
+                      timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1,
+                      banks: int | None = None) -> int:
     """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
     out_w, kh, kw, sh, sw, ph, pw) on an engine with `ports` AXI ports of `bytes_per_cycle` each: how
     the RTL agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their
@@ -729,7 +734,7 @@ def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometr
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
     return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, ports * bytes_per_cycle, timing,
                             taps=g.kh * g.kw, port_bytes=bytes_per_cycle, inside=inside,
-                            geometry=g if exact else None, ports=ports))
+                            geometry=g if exact else None, ports=ports, banks=banks))
 
 
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:

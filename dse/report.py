@@ -48,7 +48,7 @@ def mode_study(result: DSEResult, b: int) -> list[LayerModeStudy]:
     timing = result.options.timing
 
     def best(cands: list[Choice]) -> np.ndarray:
-        return best_cycles(*d, shapes, b, cands, bpc, timing)[0][0]
+        return best_cycles(*d, shapes, b, cands, bpc, timing, result.NB)[0][0]
 
     r = best([Choice(b, 0)])
     fluid = best([Choice(br, 0) for br in range(b, 0, -1)])

@@ -108,7 +108,7 @@ def uram_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
 
 
 def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
-             packing: bool = True) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
+             banks: int | None = None) -> list[tuple[str, int, np.ndarray, np.ndarray]]:
     """The engine's buffer memories as (name, count, depth, width_bits), exactly as
     hw/engine_core.py builds them (docs/hw-architecture.md, "EngineCore"):
 
@@ -119,7 +119,7 @@ def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
     sequencer FIFOs) are LUT RAM and priced with the logic.
     """
     TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
-    nb = input_banks(bmax, packing)
+    nb = banks or input_banks(bmax)
     half = -(-TR // 2)
     return [
         ("input", 2 * nb, 2 * -(-(-(-TR // nb)) // 2), WORD_BITS * TP),
@@ -129,10 +129,10 @@ def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
 
 
 def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
-               packing: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               banks: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(bram36, uram, feasible) choosing, per design, the BRAM/URAM placement of
     each memory that fits under the board's ceilings and leaves the lowest peak utilisation."""
-    mems = memories(TR, TP, TC, bmax, packing=packing)
+    mems = memories(TR, TP, TC, bmax, banks=banks)
     bram_limit, uram_limit = board.limit("bram36"), board.limit("uram")
     as_bram = [count * bram36_for(depth, width) for _, count, depth, width in mems]
     as_uram = [count * uram_for(depth, width) for _, count, depth, width in mems]
@@ -176,11 +176,11 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-                  packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                  banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue.
     `axi_ports`: AXI masters (the board's HP ports); the fitted terms are one port's."""
     TP, TC = np.asarray(TP), np.asarray(TC)
-    nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, input_banks(bmax, packing)
+    nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
     extra = axi_ports - 1
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
            + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax)
@@ -192,11 +192,12 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
 
 
 def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
-                 costs: LogicCosts = DEFAULT_LOGIC, *, packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories. Without packing
-    (static R / FC-only designs) the engine has 2 banks (fewer bank-multiplexer inputs)."""
+                 costs: LogicCosts = DEFAULT_LOGIC, *, banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories. `banks`: NB, the
+    input banks (None: the most Bmax uses); the operand multiplexers grow with it, so static R /
+    FC-only designs (2 banks) and fluid designs the DSE builds with fewer banks cost less."""
     TP, TC = np.asarray(TP), np.asarray(TC)
-    nb = input_banks(bmax, packing)
+    nb = banks or input_banks(bmax)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
            + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb)
     ff = costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
@@ -213,11 +214,11 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
               costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-              packing: bool = True) -> tuple[np.ndarray, np.ndarray]:
+              banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, packing=packing)
-    el, ef = engine_logic(TP, TC, bmax, stackable, costs, packing=packing)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks)
+    el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
     return np.ceil(cl + el), np.ceil(cf + ef)
 
 
@@ -244,20 +245,20 @@ class Resources:
 
 
 def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool, *,
-                     packing: bool = True) -> Resources:
+                     banks: int | None = None) -> Resources:
     """Resources of one design (scalar convenience around the vector model)."""
-    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, packing=packing)
+    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, axi_ports=board.npu_axi_ports,
-                        packing=packing)
+                        banks=banks)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,
-                     n_layers: int, stackable: bool, *, packing: bool = True) -> np.ndarray:
+                     n_layers: int, stackable: bool, *, banks: int | None = None) -> np.ndarray:
     """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource."""
-    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, packing=packing)
-    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=board.npu_axi_ports, packing=packing)
+    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=board.npu_axi_ports, banks=banks)
     return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
             & (ff <= board.limit("ff")))
 
@@ -288,14 +289,14 @@ def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = N
     return out
 
 
-def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, packing: bool = True) -> float:
+def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = None) -> float:
     """The engine's buffers counted all in BRAM36 (what a refused design would need without URAM)."""
     return float(sum(count * bram36_for(depth, width)
-                     for _, count, depth, width in memories(TR, TP, TC, bmax, packing=packing)))
+                     for _, count, depth, width in memories(TR, TP, TC, bmax, banks=banks)))
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
-           tr_cap: int, *, packing: bool = True) -> np.ndarray:
+           tr_cap: int, *, banks: int | None = None) -> np.ndarray:
     """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
 
     Memory use is monotone in TR, so a vectorised binary search is exact.
@@ -308,6 +309,6 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
         if not active.any():
             return lo
         mid = (lo + hi) // 2
-        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, packing=packing)
+        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)

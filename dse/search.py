@@ -27,7 +27,7 @@ from fluidnpu.dse.perf_model import (DEFAULT_TIMING, K_CODES, Bus, EngineTiming,
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
                                          over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
-from fluidnpu.hw.regmap import packs_groups
+from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, packs_groups
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
 
@@ -38,6 +38,7 @@ BATCHING_MODES: dict[str, str] = {
     "fc": "batching on FC layers only; other layers run one sample at a time",
 }
 MAX_BMAX = 64
+SEED_PAIRS = 64    # largest arrays scored first, whose best score prunes the pairs whose peak is below it
 
 ProgressFn = Callable[[int, int], None]
 
@@ -53,6 +54,7 @@ class DSEOptions:
     fixed_batch: int | None = None
     clock_mhz: float | None = None
     timing: EngineTiming = DEFAULT_TIMING
+    banks: int | None = None     # input banks NB; None: search every count the batching can use
 
     def batch_weights(self) -> np.ndarray:
         if self.fixed_batch is not None:
@@ -65,9 +67,17 @@ class DSEOptions:
 
     @property
     def packing(self) -> bool:
-        """Whether the engine is built to pack sample groups (generator parameter, hw NpuParams.packing):
-        static R and FC-only designs never do, so they get 2 input banks and no weight replication."""
+        """Whether the engine is built to pack sample groups: static R and FC-only designs never do,
+        so they get 2 input banks (the fewest the row interleaving uses)."""
         return packs_groups(self.batching)
+
+    def bank_options(self) -> list[int]:
+        """The bank counts NB the search tries, fewest first (ties go to fewer banks)."""
+        return [self.banks] if self.banks is not None else bank_choices(self.bmax, self.packing)
+
+    def given_banks(self) -> int:
+        """NB of a design given without a search: the option, else the most the batching uses."""
+        return self.banks if self.banks is not None else input_banks(self.bmax, self.packing)
 
     def validate(self, board: Board) -> None:
         if not 1 <= self.bmax <= MAX_BMAX:
@@ -81,6 +91,8 @@ class DSEOptions:
                 raise FluidError(f"need {self.bmax} batch weights w_b, got {len(self.weights)}")
             if any(w < 0 for w in self.weights) or not any(w > 0 for w in self.weights):
                 raise FluidError("batch weights w_b must be >= 0 with at least one > 0")
+        if self.banks is not None:
+            check_banks(self.banks, self.bmax if self.packing else 2)
         board.check_clock(self.clock_mhz or board.clock_mhz)
 
 
@@ -144,9 +156,11 @@ def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Seque
             for k in k_codes}
 
 
-def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice) -> LayerSetup:
-    """A choice's groups and passes; a serial choice is one sample (its cycles count b times)."""
-    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else ch.BR)
+def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice, banks: int) -> LayerSetup:
+    """A choice's groups and passes on an engine of `banks` input banks; a serial choice is one sample
+    (its cycles count b times)."""
+    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else ch.BR,
+                       banks)
 
 
 def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.ndarray:
@@ -160,19 +174,19 @@ def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.nda
 
 
 def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
-                  bus: Bus, timing: EngineTiming) -> np.ndarray:
+                  bus: Bus, timing: EngineTiming, banks: int) -> np.ndarray:
     """Cycles of every (design, layer) under one choice; inf where it does not apply."""
-    setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch)
+    setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
     return _applies(layer_parts(setup, TR).cycles(setup), shapes, b, ch)
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
-                bus: Bus, timing: EngineTiming) -> tuple[np.ndarray, np.ndarray]:
+                bus: Bus, timing: EngineTiming, banks: int) -> tuple[np.ndarray, np.ndarray]:
     """(min cycles, index of the winning choice) over the candidates, per (design, layer)."""
     best = None
     arg = None
     for i, ch in enumerate(cands):
-        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing)
+        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing, banks)
         if best is None:
             best, arg = cyc, np.zeros(cyc.shape, dtype=np.int64)
         else:
@@ -193,6 +207,7 @@ class Scorer:
     bus: Bus
     clock_mhz: float
     macs: float
+    banks: int               # the engines' input banks NB
 
     def score_bound(self, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray,
                     TC: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,7 +227,7 @@ class Scorer:
                 continue
             best_hi = best_lo = None
             for ch in choices(opts.batching, b, opts.stackable):
-                setup = choice_setup(modes, self.shapes, b, ch)
+                setup = choice_setup(modes, self.shapes, b, ch, self.banks)
                 at_hi, low = (_applies(c, self.shapes, b, ch) for c in layer_cycles_bound(setup, *col))
                 best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
                 best_lo = low if best_lo is None else np.minimum(best_lo, low)
@@ -220,6 +235,11 @@ class Scorer:
             score += gop / (best_hi @ self.counts)
             bound += gop / (best_lo @ self.counts)
         return score, bound
+
+    def peak_bound(self, TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
+        """Eq. 2's objective if every cycle did TP*TC MACs: a bound no TR reaches, for free."""
+        w = self.options.batch_weights()
+        return float(w.sum()) * 2.0 * TP * TC * self.clock_mhz * 1e6 / 1e9
 
 
 @dataclass
@@ -252,6 +272,7 @@ class DSEResult:
     runners_up: list[dict] = field(default_factory=list)   # other pairs' best scored design
     n_scored: int = 1                # designs the search scored exactly (the rest were bounded)
     timing_proxy: TimingEstimate | None = None   # longest path in LUT levels (dse/timing_model.py)
+    NB: int = 2                      # input banks of the engine (a generator parameter the DSE chooses)
 
     def segment_cycles(self) -> list[list[int]]:
         """Nexits x Bmax: cycles of each exit segment (backbone part + exit head) at each b."""
@@ -305,7 +326,7 @@ class SearchOutcome:
 
 
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
-                     progress: ProgressFn | None = None) -> SearchOutcome:
+                     progress: ProgressFn | None = None, floor: float = -np.inf) -> SearchOutcome:
     """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
     so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
 
@@ -315,13 +336,22 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     their scored hi and are halved. A range of one TR is scored exactly, so the search ends with
     the optimum. Ranges start as the whole [1, tr_max]: the bound there is the body at the
     largest TR (the old search's score) plus the edges at TR = 1, which already drops most pairs.
+
+    `floor`: a score already found elsewhere (another bank count, earlier in the tie order); only
+    designs scoring above it are sought: the outcome's score is then <= floor when there is none.
     """
     n_total = int(tr_max.sum())
     pair_score = np.full(TP.size, -np.inf)
     pair_tr = np.zeros(TP.size, dtype=np.int64)
-    pair = np.arange(TP.size)
-    lo, hi = np.ones(TP.size, dtype=np.int64), tr_max.astype(np.int64)
-    n_scored = 0
+    # before the first round: the pairs whose peak cannot beat the floor, or a design already scored
+    # among the largest arrays, are dropped on that bound alone
+    peak = scorer.peak_bound(TP, TC)
+    seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS]
+    seed_score = scorer.score_bound(tr_max[seed], tr_max[seed], TP[seed], TC[seed])[0]
+    pair = np.flatnonzero((peak > floor) & (peak >= seed_score.max()))
+    n_scored = seed.size
+    lo, hi = np.ones(pair.size, dtype=np.int64), tr_max[pair].astype(np.int64)
+    best, key = -np.inf, (0, 0, 0)
     while pair.size:
         score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair])
         n_scored += pair.size
@@ -333,7 +363,10 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
         pair_score[pairs[better]], pair_tr[pairs[better]] = score[cand[better]], hi[cand[better]]
         i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
         best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
-        live = (bound > best) | ((bound == best) & _before(TP[pair], TC[pair], lo, key))
+        if best > floor:
+            live = (bound > best) | ((bound == best) & _before(TP[pair], TC[pair], lo, key))
+        else:
+            live = bound > floor
         pair, lo, hi = pair[live], lo[live], hi[live] - 1
         left = hi >= lo
         pair, lo, hi = pair[left], lo[left], hi[left]
@@ -348,57 +381,85 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
 
 def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
             progress: ProgressFn | None = None) -> DSEResult:
-    """Run the exhaustive DSE (every <TR, TP, TC> that fits, scored or bounded) and return the
-    best design with its tables. `progress(done, total)`: designs settled of all that fit."""
+    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every bank count NB, scored or
+    bounded) and return the best design with its tables. `progress(done, total)`: designs settled
+    of all that fit. Bank counts are searched fewest first, each against the best score so far,
+    so a count that cannot beat it is dropped on its bounds."""
     options.validate(board)
     t0 = time.perf_counter()
     clock = options.clock_mhz or board.clock_mhz
     layers = workload.layers()
-    TP, TC = enumerate_tp_tc(board.limit("dsp"))
+    TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
-    tr_max = max_tr(TP, TC, board, options.bmax, len(layers), options.stackable, tr_cap, packing=options.packing)
-    keep = tr_max >= 1
-    tr_max, TP, TC = tr_max[keep], TP[keep], TC[keep]
-    if tr_max.size == 0:
+    spaces = []
+    for nb in options.bank_options():
+        tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), options.stackable, tr_cap, banks=nb)
+        keep = tr_max >= 1
+        spaces.append((nb, TP_all[keep], TC_all[keep], tr_max[keep]))
+    n_total = sum(int(t.sum()) for *_, t in spaces)
+    if n_total == 0:
         raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
     reps, counts = unique_layers(layers)
-    scorer = Scorer(LayerShapes.of(reps), counts, options, board.bus(clock), clock, float(workload.total_macs))
-    found = branch_and_bound(scorer, TP, TC, tr_max, progress)
+    shapes = LayerShapes.of(reps)
+    found: SearchOutcome | None = None
+    found_at: tuple[int, np.ndarray, np.ndarray] | None = None
+    n_scored, done = 0, 0
+    for nb, TP, TC, tr_max in spaces:
+        if tr_max.size == 0:
+            continue
+        scorer = Scorer(shapes, counts, options, board.bus(clock), clock, float(workload.total_macs), nb)
+        step = (lambda d, _t, base=done: progress(base + d, n_total)) if progress else None
+        out = branch_and_bound(scorer, TP, TC, tr_max, step, floor=found.score if found else -np.inf)
+        done += int(tr_max.sum())
+        n_scored += out.n_scored
+        if found is None or out.score > found.score:
+            found, found_at = out, (nb, TP, TC)
+    assert found is not None and found_at is not None
+    nb, TP, TC = found_at
     result = _finish(workload, board, options, clock, found.TR, found.TP, found.TC, found.score,
-                     n_designs=int(tr_max.sum()), t0=t0)
-    result.n_scored = found.n_scored
+                     n_designs=n_total, t0=t0, banks=nb)
+    result.n_scored = n_scored
     others = [j for j in np.lexsort((found.pair_tr, TC, TP, -found.pair_score))
               if (TP[j], TC[j]) != (found.TP, found.TC)][:5]
-    result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(TP[j]), "TC": int(TC[j]),
+    result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(TP[j]), "TC": int(TC[j]), "NB": nb,
                           "score": float(found.pair_score[j])} for j in others]
     return result
 
 
 def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
                     options: DSEOptions = DSEOptions(), allow_oversize: bool = False) -> DSEResult:
-    """The tables and figures of one given design (no search).
+    """The tables and figures of one given design (no search over <TR, TP, TC>).
 
-    A design that does not fit the board is refused unless allow_oversize
-    (for studies of other people's design points); its memory use is then
-    reported as infinite.
+    Its input banks are `options.banks`, or, when that is None, the bank count that fits and
+    scores best (ties: fewer banks; the most the batching uses when oversize designs are allowed).
+    A design that does not fit the board is refused unless allow_oversize (for studies of other
+    people's design points); its memory use is then reported as infinite.
     """
     options.validate(board)
     if min(TR, TP, TC) < 1:
         raise FluidError(f"design <{TR}, {TP}, {TC}>: every size must be >= 1")
     n_layers = len(workload.layers())
-    if not allow_oversize and not feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax,
-                                                   n_layers, options.stackable, packing=options.packing):
-        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, packing=options.packing)
-        need = buffers_bram36(TR, TP, TC, options.bmax, packing=options.packing)
-        raise FluidError(f"design <{TR}, {TP}, {TC}> does not fit {board.name} at Bmax {options.bmax}: "
-                         + "; ".join(over_limits(res, board, need)))
     clock = options.clock_mhz or board.clock_mhz
-    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
-                   t0=time.perf_counter())
+    if allow_oversize:
+        return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
+                       t0=time.perf_counter(), banks=options.given_banks())
+    fits = [nb for nb in options.bank_options()
+            if feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax, n_layers,
+                                options.stackable, banks=nb)]
+    if not fits:
+        nb = options.bank_options()[0]
+        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, banks=nb)
+        need = buffers_bram36(TR, TP, TC, options.bmax, banks=nb)
+        raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks does not fit {board.name} at Bmax "
+                         f"{options.bmax}: " + "; ".join(over_limits(res, board, need)))
+    weights = options.batch_weights()
+    results = [_finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
+                       t0=time.perf_counter(), banks=nb) for nb in fits]
+    return max(results, key=lambda r: (float(np.dot(weights, r.gops)), -r.NB))
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
-            score: float | None, n_designs: int, t0: float) -> DSEResult:
+            score: float | None, n_designs: int, t0: float, banks: int) -> DSEResult:
     layers = workload.layers()
     bpc = board.bus(clock)
     shapes = LayerShapes.of(layers)
@@ -407,7 +468,7 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     d = (np.array([[TR]]), np.array([[TP]]), np.array([[TC]]))
     for b in range(1, options.bmax + 1):
         cands = choices(options.batching, b, options.stackable)
-        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing)
+        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks)
         for li in range(len(layers)):
             if not np.isfinite(best[0, li]):
                 raise FluidError(f"layer {layers[li].name!r} cannot run on <{TR}, {TP}, {TC}>")
@@ -419,10 +480,9 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
-    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable,
-                                 packing=options.packing)
+    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable, banks=banks)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,
                      seconds=time.perf_counter() - t0,
-                     timing_proxy=design_timing(TR, TP, TC, options.bmax))
+                     timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks), NB=banks)

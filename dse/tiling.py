@@ -76,13 +76,15 @@ def _balanced(rows: int, limit: int) -> Iterator[tuple[int, int]]:
         start += size
 
 
-def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR: int, k_code: int) -> LayerSchedule:
-    """The blocks the engine runs for one GEMM group of a layer at batch b, split BR, mode k."""
+def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR: int, k_code: int,
+                   banks: int | None = None) -> LayerSchedule:
+    """The blocks the engine runs for one GEMM group of a layer at batch b, split BR, mode k, on an
+    engine with `banks` input banks (None: as many as groups), which cap the groups of a pass."""
     TRk, TPk, TCk = (int(x) for x in mode_dims(TR, TP, TC, k_code))
     if min(TRk, TPk, TCk) < 1:
         raise ValueError(f"mode k code {k_code} does not exist on <{TR}, {TP}, {TC}>")
     groups = sample_groups(b, BR)
-    g = min(len(groups), TCk // C) if C <= TCk else 1
+    g = min(len(groups), TCk // C, banks or len(groups)) if C <= TCk else 1
     if TRk < g:
         raise ValueError(f"{g} packed groups need TR >= {g} rows in mode k code {k_code}")
     TRe = TRk // g

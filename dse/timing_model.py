@@ -77,10 +77,12 @@ STRUCTURES: tuple[Structure, ...] = (
 )
 
 
-def structure_x(name: str, TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int) -> np.ndarray:
-    """The growing count `x` of a structure at <TR, TP, TC>, Bmax (see `Structure.grows_with`)."""
+def structure_x(name: str, TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int,
+                banks: int | None = None) -> np.ndarray:
+    """The growing count `x` of a structure at <TR, TP, TC>, Bmax, NB banks (None: the most Bmax
+    uses; see `Structure.grows_with`)."""
     TR, TP, TC = (np.asarray(v) for v in (TR, TP, TC))
-    nb = input_banks(bmax)
+    nb = banks or input_banks(bmax)
     lg = int(math.log2(nb))
     zero = np.zeros(np.broadcast(TR, TP, TC).shape)
     if name == "operand":
@@ -119,19 +121,19 @@ DEFAULT_COSTS = TimingCosts()
 
 
 def structure_levels(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int,
-                     costs: TimingCosts = DEFAULT_COSTS) -> dict[str, np.ndarray]:
+                     costs: TimingCosts = DEFAULT_COSTS, banks: int | None = None) -> dict[str, np.ndarray]:
     """LUT levels of each structure's longest path (rounded to whole levels)."""
     out = {}
     for s in STRUCTURES:
         base, per = costs.of(s.name)
-        out[s.name] = np.round(base + per * structure_x(s.name, TR, TP, TC, bmax))
+        out[s.name] = np.round(base + per * structure_x(s.name, TR, TP, TC, bmax, banks))
     return out
 
 
 def path_levels(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int,
-                costs: TimingCosts = DEFAULT_COSTS) -> dict[str, np.ndarray]:
+                costs: TimingCosts = DEFAULT_COSTS, banks: int | None = None) -> dict[str, np.ndarray]:
     """LUT levels of the longest path ending in each part (core, seq, dma, regs)."""
-    per = structure_levels(TR, TP, TC, bmax, costs)
+    per = structure_levels(TR, TP, TC, bmax, costs, banks)
     out = {}
     for part in PARTS:
         vals = [per[s.name] for s in STRUCTURES if s.part == part]
@@ -159,9 +161,11 @@ class TimingEstimate:
         return asdict(self) | {"meets_budget": self.meets_budget, "model": "dse/timing_model.py"}
 
 
-def design_timing(TR: int, TP: int, TC: int, bmax: int, costs: TimingCosts = DEFAULT_COSTS) -> TimingEstimate:
-    """The timing proxy of one design."""
-    per = {k: int(v) for k, v in structure_levels(np.array(TR), np.array(TP), np.array(TC), bmax, costs).items()}
+def design_timing(TR: int, TP: int, TC: int, bmax: int, costs: TimingCosts = DEFAULT_COSTS,
+                  banks: int | None = None) -> TimingEstimate:
+    """The timing proxy of one design with NB = `banks` input banks (None: the most Bmax uses)."""
+    per = {k: int(v) for k, v in structure_levels(np.array(TR), np.array(TP), np.array(TC), bmax, costs,
+                                                  banks).items()}
     worst = max(per, key=lambda k: per[k])
     over = {k: v for k, v in per.items() if v > LEVEL_BUDGET}
     fixes = {s.name: s.fix for s in STRUCTURES if s.name in over}

@@ -24,6 +24,7 @@ from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import K_CODE_TO_K, EngineTiming
 from fluidnpu.dse.resource_model import fbcb_bits
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.regmap import check_banks, design_banks
 from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
@@ -55,7 +56,7 @@ BUNDLE_SCHEMA: dict[str, Any] = {
                                                  "ddr_width_bits", "ddr_mega_transfers", "ddr_efficiency"]},
         "clock_mhz": {"type": "number", "exclusiveMinimum": 0},
         "design": {"type": "object", "required": ["TR", "TP", "TC"],
-                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS}},
+                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS, "NB": _POS}},
         "bmax": _POS,
         "dse": {"type": "object", "required": ["batching", "stackable", "weights", "timing"],
                 "properties": {"batching": {"enum": ["fluid", "r", "p", "fc"]}, "stackable": {"type": "boolean"},
@@ -160,6 +161,11 @@ class Bundle:
         return int(self.data["bmax"])
 
     @property
+    def banks(self) -> int:
+        """NB, the engine's input banks (`design.NB`; older bundles: the most their batching used)."""
+        return design_banks(self.data)
+
+    @property
     def timing(self) -> EngineTiming:
         return EngineTiming(**self.data["dse"]["timing"])
 
@@ -205,6 +211,10 @@ class Bundle:
             raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_bits(bmax)} for Bmax={bmax}")
         if len(d["performance"]["gops"]) != bmax or len(d["dse"]["weights"]) != bmax:
             raise FluidError(f"{what}: performance.gops and dse.weights need {bmax} entries")
+        try:
+            check_banks(self.banks, bmax)
+        except FluidError as e:
+            raise FluidError(f"{what}: design.NB: {e}") from None
         TR, TP, TC = self.design
         if TP * TC > self.board.dsp:
             raise FluidError(f"{what}: TP*TC = {TP * TC} exceeds the board's {self.board.dsp} DSPs")
@@ -226,7 +236,7 @@ def bundle_from_result(result: Any) -> Bundle:
         "generator": f"fluidnpu {__version__}",
         "board": result.board.to_dict(),
         "clock_mhz": clock,
-        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC},
+        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC, "NB": result.NB},
         "bmax": opts.bmax,
         "dse": {
             "batching": opts.batching, "stackable": opts.stackable,
@@ -266,7 +276,7 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
     return {
         "model": bundle.workload.name, "board": bundle.board.name, "clock_mhz": bundle.clock_mhz,
         "bmax": bundle.bmax, "batching": d["dse"]["batching"], "stackable": d["dse"]["stackable"],
-        "design": {"TR": TR, "TP": TP, "TC": TC}, "searched": d["dse"].get("score_gops") is not None,
+        "design": {"TR": TR, "TP": TP, "TC": TC, "NB": bundle.banks}, "searched": d["dse"].get("score_gops") is not None,
         "designs_evaluated": d["dse"].get("designs_evaluated"), "designs_scored": d["dse"].get("designs_scored"),
         "dse_seconds": d["dse"].get("seconds"),
         "resources": d["resources"], "utilisation": d.get("utilisation", {}),

@@ -55,12 +55,15 @@ def cli() -> None:
                    "lut=90%; repeatable (default: the board file's, else LUT/FF 80 %, the rest 100 %)")
 @click.option("--design", "given", default=None, metavar="TR,TP,TC",
               help="evaluate exactly this design (no search): its resources, FBCB and tables, or why it does not fit")
+@click.option("--banks", type=click.Choice(["2", "4", "8", "16", "32", "64"]), default=None,
+              help="input banks NB (power of two, at most Bmax rounded up): the most groups a pass packs "
+                   "(default: searched; with --design, the most Bmax uses)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], given: str | None, output: str | None, plot: str | None,
+        ceilings: tuple[str, ...], given: str | None, banks: str | None, output: str | None, plot: str | None,
         as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
@@ -75,7 +78,8 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
                     _csv_floats(exit_rates, "--exit-rates"))
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
-                      weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock)
+                      weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock,
+                      banks=int(banks) if banks else None)
     if design:
         result = evaluate_given(wl, brd, opts, design)
     else:
@@ -109,10 +113,11 @@ def print_summary(bundle) -> None:
               f"{bundle.clock_mhz:g} MHz, batching={d['dse']['batching']}, "
               f"stackable={'yes' if d['dse']['stackable'] else 'no'}, Bmax={bundle.bmax}")
     if d["dse"].get("score_gops") is None:
-        out.print(f"the given design (fluidnpu dse --design): [bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/]")
+        out.print(f"the given design (fluidnpu dse --design): [bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], "
+                  f"{bundle.banks} input banks")
     elif d["dse"].get("designs_evaluated"):
         out.print(f"best of {d['dse']['designs_evaluated']} designs in {d['dse']['seconds']:.2f} s: "
-                  f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/]")
+                  f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], {bundle.banks} input banks")
     rt = Table(title="resources")
     for col in ("", "DSP", "BRAM36", "URAM", "LUT", "FF"):
         rt.add_column(col, justify="right")

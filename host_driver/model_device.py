@@ -255,7 +255,7 @@ class ModelDevice(Device):
         TRk, TPk, nPE = {0: (TR, TP, TC), 1: (TR // 2, 2 * TP, TC // 2), 2: (TR // 2, TP // 2, 2 * TC)}[k]
         C = f["cout"]
         BP = -(-b // br)
-        g = min(BP, nPE // C) if C <= nPE else 1
+        g = min(BP, nPE // C, p.banks) if C <= nPE else 1
         if TRk // g == 0:
             return None
         return {"BR": br, "k": k, "TPk": TPk, "nPE": nPE, "BP": BP, "g": g}
@@ -308,7 +308,7 @@ class ModelDevice(Device):
             p = self.params
             geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS})
             cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing,
-                                       ports=p.axi_ports)
+                                       ports=p.axi_ports, banks=p.banks)
             self._cycle_cache[key] = cycles
         return cycles
 

@@ -257,6 +257,21 @@ def input_banks(bmax: int, packing: bool = True) -> int:
     return nb
 
 
+def bank_choices(bmax: int, packing: bool = True) -> list[int]:
+    """Every bank count NB an engine for Bmax may be built with, fewest first: the powers of two
+    from 2 to `input_banks`. Fewer banks than Bmax cap the groups a pass packs at NB (the
+    sequencer's g = min(BP, nPE // C, NB)) for an NB:1 operand multiplexer that costs NB/Bmax
+    of the LUTs; the DSE picks NB by score (docs/interpretations.md, "Bank count")."""
+    top = input_banks(bmax, packing)
+    return [1 << i for i in range(1, top.bit_length())]
+
+
+def check_banks(nb: int, bmax: int) -> None:
+    """Refuse a bank count the RTL cannot build (a power of two, 2 ..= input_banks(Bmax))."""
+    if nb not in bank_choices(bmax):
+        raise FluidError(f"input banks NB = {nb}: must be a power of two in 2..{input_banks(bmax)} for Bmax {bmax}")
+
+
 def fbcb_br_bits(bmax: int) -> int:
     """Bits of BR-1 in an entry: ceil(log2 Bmax); 0 for Bmax = 1, where BR is always 1."""
     if bmax < 1:
@@ -300,6 +315,16 @@ def _bundle_data(bundle: Any) -> Mapping[str, Any]:
     return data
 
 
+def design_banks(bundle: Any) -> int:
+    """NB of a Bundle or its dict: `design.NB`, which the DSE writes; a bundle without one was
+    built with the most banks its batching uses (`input_banks`)."""
+    d = _bundle_data(bundle)
+    nb = d["design"].get("NB")
+    if nb is None:
+        return input_banks(int(d["bmax"]), packs_groups(d.get("dse", {}).get("batching", "fluid")))
+    return int(nb)
+
+
 def fbcb_table(bundle: Any) -> list[int]:
     """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
     d = _bundle_data(bundle)
@@ -316,14 +341,15 @@ def design_hash(bundle: Any) -> int:
     """32-bit fingerprint of what the RTL is built from: design point, Bmax and FBCB table.
 
     CRC-32 (zlib/IEEE, as `crc32` in most C libraries) of the little-endian
-    uint32 words TR, TP, TC, Bmax, L, then the L*Bmax packed FBCB entries in
+    uint32 words TR, TP, TC, Bmax, L, NB, then the L*Bmax packed FBCB entries in
     index order. A bundle re-run through the DSE with another result, or a
     bitstream built from another bundle, gives another value.
     """
     d = _bundle_data(bundle)
     des = d["design"]
     table = fbcb_table(d)
-    words: Iterable[int] = (des["TR"], des["TP"], des["TC"], d["bmax"], len(d["fbcb"]["entries"]), *table)
+    words: Iterable[int] = (des["TR"], des["TP"], des["TC"], d["bmax"], len(d["fbcb"]["entries"]), design_banks(d),
+                            *table)
     return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
 
 
@@ -353,7 +379,7 @@ class NpuParams:
     axi_dw: int = 64
     design_hash: int = 0
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
-    packing: bool = True        # False: the engine never packs sample groups (static R / FC-only designs)
+    nb: int | None = None       # input banks NB (the bundle's design.NB); None: input_banks(bmax)
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
     axi_ports: int = 1          # AXI4 master ports m_axi0.. (the board's HP ports), DMA commands dealt round-robin
 
@@ -365,6 +391,8 @@ class NpuParams:
             raise FluidError(f"NPU parameter axi_ports must be 1..{MAX_AXI_PORTS}, got {self.axi_ports}")
         if self.fbcb_depth > 1 << 16:
             raise FluidError(f"FBCB of {self.fbcb_depth} entries exceeds FBCB_ADDR's 16 bits")
+        if self.nb is not None:
+            check_banks(self.nb, self.bmax)
         if self.fbcb and len(self.fbcb) != self.fbcb_depth:
             raise FluidError(f"initial FBCB has {len(self.fbcb)} entries, expected L*Bmax = {self.fbcb_depth}")
 
@@ -374,8 +402,8 @@ class NpuParams:
 
     @property
     def banks(self) -> int:
-        """NB, the engine's input banks (`input_banks`)."""
-        return input_banks(self.bmax, self.packing)
+        """NB, the engine's input banks: the design's, else the most Bmax can use (`input_banks`)."""
+        return self.nb if self.nb is not None else input_banks(self.bmax)
 
     @property
     def fbcb_width(self) -> int:
@@ -397,7 +425,7 @@ class NpuParams:
         ports = int(axi_ports if axi_ports is not None else d["board"].get("hp_ports", 1))
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
-                   fbcb=tuple(fbcb_table(d)), packing=packs_groups(d.get("dse", {}).get("batching", "fluid")),
+                   fbcb=tuple(fbcb_table(d)), nb=design_banks(d),
                    stackable=bool(d.get("dse", {}).get("stackable", True)), axi_ports=min(ports, MAX_AXI_PORTS))
 
 

@@ -25,16 +25,20 @@ AGREEMENT_CONFIGS: tuple[NpuParams, ...] = (
     NpuParams(TR=16, TP=4, TC=4, bmax=4, layers=1, axi_dw=64, axi_ports=2),
     NpuParams(TR=12, TP=3, TC=5, bmax=8, layers=1, axi_dw=64, axi_ports=4),
     NpuParams(TR=64, TP=4, TC=16, bmax=4, layers=1, axi_dw=64, axi_ports=4),
+    NpuParams(TR=32, TP=4, TC=16, bmax=8, layers=1, axi_dw=64, nb=2),    # fewer banks than Bmax: g <= 2
 )
 
 
 def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
-                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1) -> list[int]:
-    """The model's cycles for each layer of `case` at its batch and <BR, k> (`ports` AXI ports).
+                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1,
+                       banks: int | None = None) -> list[int]:
+    """The model's cycles for each layer of `case` at its batch and <BR, k> (`ports` AXI ports,
+    `banks` input banks).
 
     `exact`: price the input reads from the descriptor's geometry (their actual
     alignments); False: at their average alignment, as the DSE does."""
-    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact, ports)
+    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact, ports,
+                               banks)
             for lp, (br, k) in zip(case.layers, case.modes)]
 
 
@@ -128,11 +132,11 @@ def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAUL
 
     g = case.layers[0].geometry
     br, k = case.modes[0]
-    sched = layer_schedule(params.TR, params.TP, params.TC, g.npix, g.P, g.cout, case.b, br, k)
+    sched = layer_schedule(params.TR, params.TP, params.TC, g.npix, g.P, g.cout, case.b, br, k, params.banks)
     n_p = -(-g.P // int(mode_dims(params.TR, params.TP, params.TC, k)[1]))
     busy_rows = sum(blk.rows * n_p for blk in sched.blocks)
     return busy_rows / sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
-                                              ports=params.axi_ports))
+                                              ports=params.axi_ports, banks=params.banks))
 
 
 def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = DEFAULT_TIMING) -> list[AgreementRow]:
@@ -146,7 +150,7 @@ def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = 
         br, k = case.modes[0]
         ok = all((o == e).all() for o, e in zip(res.outputs, case.expected)) and res.status & 0b110 == 0b010
         model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
-                                       ports=params.axi_ports))
+                                       ports=params.axi_ports, banks=params.banks))
         rows.append(AgreementRow(name, case.b, br, k, g.npix, g.P, g.cout, g.kh * g.kw,
                                  res.counters["CYC_BUSY"], model, res.counters["CYC_MAC"],
                                  res.counters["CYC_DMA_STALL"], bool(ok)))

@@ -44,7 +44,7 @@ def test_dse_reports_the_timing_proxy(resnet_bundle):
 
     path, summary = resnet_bundle
     d = summary["design"]
-    expect = design_timing(d["TR"], d["TP"], d["TC"], 8).to_dict()
+    expect = design_timing(d["TR"], d["TP"], d["TC"], 8, banks=d["NB"]).to_dict()
     assert summary["timing_proxy"] == expect
     assert load_bundle(path).data["timing_proxy"] == expect
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import itertools
 import math
 
@@ -14,7 +15,7 @@ from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_t
                                  unique_layers)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import packs_groups
+from fluidnpu.hw.regmap import bank_choices, packs_groups
 from fluidnpu.workload import Exit, Layer, Workload
 
 
@@ -27,11 +28,10 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
     tr_cap = bmax * max(layer.R for layer in layers)
     ks = K_CODES if stackable else (0,)
     best = (-1.0, None)
-    for TP in range(1, board.dsp + 1):
+    for NB, TP in itertools.product(bank_choices(bmax, packs_groups(batching)), range(1, board.dsp + 1)):
         for TC in range(1, board.dsp // TP + 1):
             fits = [TR for TR in range(1, tr_cap + 1)
-                    if feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable,
-                                        packing=packs_groups(batching))]
+                    if feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable, banks=NB)]
             for TR in fits:
                 score = 0.0
                 for b in range(1, bmax + 1):
@@ -41,7 +41,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                         cands = []
                         for BR, k in itertools.product(brs, ks):
                             try:
-                                sched = layer_schedule(TR, TP, TC, layer.R, layer.P, layer.C, b, BR, k)
+                                sched = layer_schedule(TR, TP, TC, layer.R, layer.P, layer.C, b, BR, k, NB)
                             except ValueError:
                                 continue
                             taps = layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
@@ -51,24 +51,26 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                         total += min(cands)
                     score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
                 if score > best[0] * (1 + 1e-12):
-                    best = (score, (TR, TP, TC))
+                    best = (score, (TR, TP, TC, NB))
     return best
 
 
 @pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
 def test_search_finds_brute_force_optimum(tiny_board, tiny_workload, batching, stackable):
-    """The pick is the brute force's over every <TR, TP, TC> that fits (ties: smaller TP, TC, TR)."""
+    """The pick is the brute force's over every <TR, TP, TC> that fits at every bank count NB (ties: fewer
+    banks, then smaller TP, TC, TR)."""
     opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
     result = explore(tiny_workload, tiny_board, opts)
     score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
     assert math.isclose(result.score, score, rel_tol=1e-9), (result.TR, result.TP, result.TC, design)
-    assert (result.TR, result.TP, result.TC) == design
+    assert (result.TR, result.TP, result.TC, result.NB) == design
     # every design that fits was scored or bounded, most of them only bounded
-    fits = max_tr(*enumerate_tp_tc(tiny_board.dsp), tiny_board, 3, len(tiny_workload.layers()), stackable,
-                  3 * 25, packing=packs_groups(batching))
-    assert result.n_designs == fits.sum() and result.n_scored < result.n_designs / 4
+    fits = sum(max_tr(*enumerate_tp_tc(tiny_board.dsp), tiny_board, 3, len(tiny_workload.layers()), stackable,
+                      3 * 25, banks=nb).sum() for nb in bank_choices(3, packs_groups(batching)))
+    assert result.n_designs == fits and result.n_scored < result.n_designs / 4
     # the chosen design, evaluated on its own, reproduces the score
-    again = evaluate_design(tiny_workload, tiny_board, result.TR, result.TP, result.TC, opts)
+    again = evaluate_design(tiny_workload, tiny_board, result.TR, result.TP, result.TC,
+                            replace(opts, banks=result.NB))
     assert math.isclose(sum(again.gops), score, rel_tol=1e-9)
 
 
@@ -76,9 +78,10 @@ def test_largest_tr_is_not_always_best(tiny_board, tiny_workload):
     """Why every TR is searched: on this board the best design's TR is below the largest that fits
     its <TP, TC> (the first step and the last write-out of a one-block layer are not overlapped)."""
     result = explore(tiny_workload, tiny_board, DSEOptions(bmax=3))
-    largest = max_tr(result.TP, result.TC, tiny_board, 3, len(tiny_workload.layers()), True, 3 * 25)
+    largest = max_tr(result.TP, result.TC, tiny_board, 3, len(tiny_workload.layers()), True, 3 * 25, banks=result.NB)
     assert result.TR < largest
-    at_largest = evaluate_design(tiny_workload, tiny_board, int(largest), result.TP, result.TC, DSEOptions(bmax=3))
+    at_largest = evaluate_design(tiny_workload, tiny_board, int(largest), result.TP, result.TC,
+                                 DSEOptions(bmax=3, banks=result.NB))
     assert sum(at_largest.gops) < result.score
 
 
@@ -156,9 +159,16 @@ def test_evaluate_design_refuses_what_does_not_fit(tiny_board, tiny_workload):
 
 
 def test_bmax_that_no_design_can_serve(tiny_board, tiny_workload):
-    # 2 x Bmax input banks of at least half a BRAM36 each cannot fit 8 BRAM36
+    # 2 x 32 input banks of at least half a BRAM36 each cannot fit 8 BRAM36 ...
     with pytest.raises(FluidError, match="no NPU design fits"):
-        explore(tiny_workload, tiny_board, DSEOptions(bmax=32))
+        explore(tiny_workload, tiny_board, DSEOptions(bmax=32, banks=32))
+    # ... but an engine with fewer banks serves Bmax 32, packing at most NB groups a pass
+    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32))
+    assert few.NB < 32 and few.resources.bram36 <= tiny_board.bram36
+    with pytest.raises(FluidError, match="input banks NB = 3"):
+        explore(tiny_workload, tiny_board, DSEOptions(bmax=4, banks=3))
+    with pytest.raises(FluidError, match="input banks NB = 4"):
+        explore(tiny_workload, tiny_board, DSEOptions(bmax=4, batching="r", banks=4))
 
 
 def test_given_design_bundle_is_valid_json(tiny_board, tiny_workload, tmp_path):
@@ -192,17 +202,23 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
     that fits, each scored exactly by the closed form (ties: smaller TP, TC, TR)."""
     board = make_board(dsp=40, bram36=48)
     layers = tiny_workload.layers()
-    TP, TC = enumerate_tp_tc(board.dsp)
-    top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
-                 packing=opts.packing)
-    TR = np.concatenate([np.arange(1, t + 1) for t in top])
-    TP, TC = np.repeat(TP, top), np.repeat(TC, top)
     reps, counts = unique_layers(layers)
-    scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz, float(tiny_workload.total_macs))
-    score, bound = scorer.score_bound(TR, TR, TP, TC)
-    # at one TR the bound is the score, but for the several-port skew it leaves out
-    assert (bound >= score).all() and (board.bus().n_ports > 1 or np.array_equal(score, bound))
-    best = np.lexsort((TR, TC, TP, -score))[0]
+    best, n_designs = (-np.inf, None), 0
+    for nb in opts.bank_options():          # fewest banks first: a later count must score strictly higher
+        TP, TC = enumerate_tp_tc(board.dsp)
+        top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
+                     banks=nb)
+        TR = np.concatenate([np.arange(1, t + 1) for t in top])
+        TP, TC = np.repeat(TP, top), np.repeat(TC, top)
+        n_designs += TR.size
+        scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz,
+                        float(tiny_workload.total_macs), nb)
+        score, bound = scorer.score_bound(TR, TR, TP, TC)
+        # at one TR the bound is the score, but for the several-port skew it leaves out
+        assert (bound >= score).all() and (board.bus().n_ports > 1 or np.array_equal(score, bound))
+        i = np.lexsort((TR, TC, TP, -score))[0]
+        if score[i] > best[0]:
+            best = (score[i], (TR[i], TP[i], TC[i], nb))
     result = explore(tiny_workload, board, opts)
-    assert (result.TR, result.TP, result.TC) == (TR[best], TP[best], TC[best]) and result.score == score[best]
-    assert result.n_designs == TR.size > 20 * result.n_scored
+    assert (result.TR, result.TP, result.TC, result.NB) == best[1] and result.score == best[0]
+    assert result.n_designs == n_designs > 20 * result.n_scored

@@ -226,16 +226,14 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     # useful work out of the board while busy (utilisation is of each policy's own design's peak, and the
     # designs differ in size, so compare utilisation x peak: useful GOp/s while busy)
     by = {(r["policy"], r["rate"]): r for r in doc["rows"] if r["hardware"] == "own"}
-    # (SERIAL's own design is larger: plain PEs and two banks cost fewer LUTs, docs/results.md)
     assert by[("serial", 25.0)]["mean_latency_ms"] > by[("fluidb", 25.0)]["mean_latency_ms"]
     peak = {d["design_kind"]: d["peak_gops"] for d in doc["designs"]}
     kind = {p: policy_spec(p).design.key for p in ("fluidb", "serial")}
     work = {k: {r: by[(k, r)]["utilisation"] * peak[kind[k]] for r in (5.0, 15.0, 25.0)} for k in kind}
-    # at 25/s batches are large and FluidB gets more useful work out of its board; at 5/s nearly every batch
-    # is one sample and SERIAL's own design (plain PEs and two input banks: more MACs in the same LUTs) is
-    # ahead -- what the NB:1 operand multiplexers cost (docs/results.md)
-    assert work["fluidb"][25.0] > work["serial"][25.0]
-    assert work["serial"][5.0] > work["fluidb"][5.0] and peak[kind["serial"]] > peak[kind["fluidb"]]
+    # the DSE gives FluidB's engine as few input banks as pay (two on ZC706), so its array is as large as the
+    # static schemes' (plain PEs, two banks) and it gets more useful work out of the board at every rate
+    assert abs(peak[kind["fluidb"]] / peak[kind["serial"]] - 1) < 0.02
+    assert all(work["fluidb"][r] > work["serial"][r] for r in (5.0, 25.0))
     s = printed["summary"]
     assert s["mean_latency_gain"] > 1.0 and s["lazy_vs_fluidb_invocations"] > 3.0
     sh = s["same_hardware"]

@@ -149,6 +149,30 @@ def test_hardware_counters_agree_with_the_performance_model_on_several_ports():
     assert sum(errors) / len(errors) <= 0.02
 
 
+def test_fewer_banks_than_bmax_cap_the_groups_of_a_pass():
+    """An engine built with NB = 2 banks for Bmax 8 (what the DSE picks when the NB:1 operand
+    multiplexers cost more than the packing gains): narrow layers at b = 8, BR = 1 would pack 4 or 8
+    groups a pass, the RTL packs 2, bit-exact, and its counters agree with the model priced at NB = 2,
+    not with the model of an engine that packs them all."""
+    import random
+
+    from fluidnpu.dse.perf_model import descriptor_cycles
+    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_rows
+    from fluidnpu.sim_tb.npu_cases import make_case
+
+    params = AGREEMENT_CONFIGS[7]
+    assert params.banks == 2 and params.bmax == 8
+    rng = random.Random(5)
+    cases = [make_case(rng, bmax=8, TR=params.TR, TP=params.TP, TC=params.TC, nlayers=1, b=8, max_c=c,
+                       in_shape=(4, 4, 3), modes=[(1, k)]) for c, k in ((4, 0), (3, 2), (8, 1))]
+    rows = agreement_rows(params, cases)
+    assert all(r.correct for r in rows)
+    assert max(abs(r.error) for r in rows) <= 0.05, rows
+    geo = cases[0].layers[0].geometry
+    at = {nb: descriptor_cycles(params.TR, params.TP, params.TC, 8, geo, 8, 1, 0, banks=nb) for nb in (2, 8)}
+    assert abs(rows[0].hw_cycles - at[2]) < abs(rows[0].hw_cycles - at[8]) / 4
+
+
 def test_compute_bound_layer_keeps_the_macs_busy():
     """On a layer the model calls compute-bound (long weight steps: 128 rows against 4 weight
     rows), at ZC706's real bus (four 64-bit HP ports; one such port reaches 78 %, see

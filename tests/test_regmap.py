@@ -133,6 +133,7 @@ def test_fbcb_table_and_params_from_bundle(tiny_bundle):
     plain = json.loads(json.dumps(tiny_bundle.data))
     plain["dse"]["stackable"] = not p.stackable
     assert NpuParams.from_bundle(plain).stackable == (not p.stackable)
+    assert p.banks == tiny_bundle.banks == tiny_bundle.data["design"]["NB"]
     with pytest.raises(FluidError):
         NpuParams(TR=1, TP=1, TC=1, bmax=2, layers=2, fbcb=(0, 1, 2))
 
@@ -140,7 +141,7 @@ def test_fbcb_table_and_params_from_bundle(tiny_bundle):
 def test_design_hash_spec_and_sensitivity(tiny_bundle):
     d = tiny_bundle.data
     words = [d["design"]["TR"], d["design"]["TP"], d["design"]["TC"], 4, len(d["fbcb"]["entries"]),
-             *fbcb_table(d)]
+             d["design"]["NB"], *fbcb_table(d)]
     assert design_hash(d) == zlib.crc32(struct.pack(f"<{len(words)}I", *words))
     changed = json.loads(json.dumps(d))
     row = changed["fbcb"]["entries"][0]
@@ -149,6 +150,14 @@ def test_design_hash_spec_and_sensitivity(tiny_bundle):
     changed = json.loads(json.dumps(d))
     changed["design"]["TR"] += 1
     assert design_hash(changed) != design_hash(d)
+    changed = json.loads(json.dumps(d))
+    changed["design"]["NB"] = 8 if d["design"]["NB"] != 8 else 4
+    assert design_hash(changed) != design_hash(d)
+    # a bundle from before design.NB: the most banks its batching uses
+    del changed["design"]["NB"]
+    assert NpuParams.from_bundle(changed).banks == 4
+    changed["dse"]["batching"] = "r"
+    assert NpuParams.from_bundle(changed).banks == 2
     # things that do not reach the RTL do not change it
     changed = json.loads(json.dumps(d))
     changed["clock_mhz"] = 123.0

@@ -100,30 +100,35 @@ def _rtl_memories(core) -> list[tuple[int, int]]:
     return sorted((sub.depth, sub.shape.width) for sub in subs if isinstance(sub, Memory))
 
 
-@pytest.mark.parametrize("TR,TP,TC,bmax,packing", [
-    (1024, 2, 2, 2, True), (1000, 3, 5, 3, True), (37, 4, 4, 8, True), (515, 7, 3, 8, False), (64, 1, 9, 5, True),
+@pytest.mark.parametrize("TR,TP,TC,bmax,nb", [
+    (1024, 2, 2, 2, 2), (1000, 3, 5, 3, 4), (37, 4, 4, 8, 8), (515, 7, 3, 8, 2), (64, 1, 9, 5, 8), (999, 5, 6, 8, 4),
 ])
-def test_memories_are_the_rtls(TR, TP, TC, bmax, packing):
+def test_memories_are_the_rtls(TR, TP, TC, bmax, nb):
     """memories() lists exactly the buffers hw/engine_core.py builds, shape for shape, so the BRAM/URAM
     the DSE counts are the RTL's (tests/test_synth.py checks Yosys maps each shape as bram36_for says)."""
     pytest.importorskip("amaranth")
     from fluidnpu.hw.engine_core import EngineCore
 
-    nb = input_banks(bmax, packing)
-    model = sorted((int(depth), int(width)) for _, count, depth, width in memories(TR, TP, TC, bmax, packing=packing)
+    model = sorted((int(depth), int(width)) for _, count, depth, width in memories(TR, TP, TC, bmax, banks=nb)
                    for _ in range(count))
     assert model == _rtl_memories(EngineCore(TR=TR, TP=TP, TC=TC, NB=nb))
 
 
-def test_unpacked_engine_has_two_banks():
-    from fluidnpu.hw.regmap import NpuParams
+def test_bank_count_sets_the_operand_multiplexers():
+    from fluidnpu.errors import FluidError
+    from fluidnpu.hw.regmap import NpuParams, bank_choices
 
     assert input_banks(8, packing=False) == 2 and input_banks(8) == 8 and input_banks(5) == 8
-    assert NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3, packing=False).banks == 2
+    assert bank_choices(8) == [2, 4, 8] and bank_choices(5) == [2, 4, 8] and bank_choices(8, False) == [2]
+    assert bank_choices(1) == [2] and bank_choices(2) == [2]
+    assert NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3, nb=2).banks == 2
     assert NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3).banks == 8
+    for bad in (1, 3, 16):
+        with pytest.raises(FluidError, match="input banks"):
+            NpuParams(TR=64, TP=2, TC=2, bmax=8, layers=3, nb=bad)
     tp, tc = np.array([16, 24]), np.array([32, 37])
     packed, _ = engine_logic(tp, tc, 8, True)
-    unpacked, _ = engine_logic(tp, tc, 8, True, packing=False)
+    unpacked, _ = engine_logic(tp, tc, 8, True, banks=2)
     # 2 instead of 8 operand-multiplexer inputs per lane bit
     saved = DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc * (8 - 2)
     assert np.allclose(packed - unpacked, saved)

@@ -51,5 +51,5 @@ def test_dse_reports_the_proxy() -> None:
     from fluidnpu.zoo import zoo_model
 
     res = evaluate_design(zoo_model("digits-ee"), load_board("zc706"), 64, 4, 4)
-    assert res.timing_proxy == design_timing(64, 4, 4, res.options.bmax)
+    assert res.timing_proxy == design_timing(64, 4, 4, res.options.bmax, banks=res.NB)
     assert bundle_from_result(res).data["timing_proxy"]["lut_levels"] == res.timing_proxy.lut_levels
