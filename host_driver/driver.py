@@ -22,7 +22,8 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import (ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table)
+from fluidnpu.hw.regmap import (ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table,
+                                supported_k_codes)
 from fluidnpu.host_driver.device import Buffer, BufferTooSmall, Device
 from fluidnpu.host_driver.memory_plan import LayerParams, SubnetImage, plan_subnet, subnet_nbytes
 
@@ -95,7 +96,7 @@ def stub_bundle(TR: int, TP: int, TC: int, bmax: int, entries: Sequence[Sequence
 def random_fbcb(layers: int, bmax: int, TR: int, TP: int, TC: int, seed: int = 0) -> list:
     """A valid random FBCB table (BR <= b, only modes the engine has) for tests and benchmarks."""
     rng = random.Random(seed)
-    codes = [0] + ([1] if TC >= 2 and TR >= 2 else []) + ([2] if TP >= 2 and TR >= 2 else [])
+    codes = [int(c) for c in supported_k_codes(TR, TP, TC)]
     return [[[rng.randint(1, b), rng.choice(codes)] for b in range(1, bmax + 1)] for _ in range(layers)]
 
 

@@ -32,8 +32,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from fluidnpu.hw.mac_tree import adder_tree
+from fluidnpu.hw.regmap import KCode, supported_k_codes
 
-K1, K2, KHALF = 0, 1, 2          # k codes of the FBCB: k = 1, 2, 1/2
+K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
 
 def _rng(n: int) -> range:
@@ -72,8 +73,7 @@ class EngineCore(wiring.Component):
     """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
 
     Attributes after construction:
-      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2; only
-                k = 1 without Stackable PEs, `stackable=False`)
+      modes:    the k codes this size supports (`regmap.supported_k_codes`)
       latency:  {k code: cycles from a row's issue to its staging write}; a
                 block's `block_done` comes latency + 1 cycles after its last
                 row's issue, i.e. a block of steps issued back to back takes
@@ -96,8 +96,7 @@ class EngineCore(wiring.Component):
         self.tree_levels = L = ceil_log2(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
-        self.modes = (K1,) + ((K2,) if stackable and TC >= 2 and TR >= 2 else ()) + (
-            (KHALF,) if stackable and TP >= 2 and TR >= 2 else ())
+        self.modes = supported_k_codes(TR, TP, TC, stackable)
         self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
         self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
         super().__init__({

@@ -22,13 +22,8 @@ from fluidnpu.hw.axi import axi4_signature, axi_lite_signature, m_axi_name
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.engine_core import EngineCore
 from fluidnpu.hw.registers import NpuRegisters
-from fluidnpu.hw.regmap import NpuParams
+from fluidnpu.hw.regmap import NpuParams, nmax
 from fluidnpu.hw.sequencer import Sequencer
-
-
-def nmax(TP: int, TC: int) -> int:
-    """Longest vector one DMA command moves: an input row (2TP), a weight row (2TC), 16 bias words."""
-    return max(2 * TP, 2 * TC, 16)
 
 
 class Npu(wiring.Component):

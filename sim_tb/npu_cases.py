@@ -14,6 +14,7 @@ import numpy as np
 from fluidnpu.host_driver.memory_plan import LayerParams, SubnetImage, plan_subnet
 from fluidnpu.hw.descriptor import LayerDescriptor
 from fluidnpu.hw.reference import layer_reference
+from fluidnpu.hw.regmap import supported_k_codes
 
 
 @dataclass
@@ -66,8 +67,8 @@ def random_layer(rng: random.Random, geometry: LayerDescriptor) -> LayerParams:
 
 
 def random_modes(rng: random.Random, n: int, b: int, TR: int, TP: int, TC: int) -> list[tuple[int, int]]:
-    """A random <BR, k_code> per layer that exists on the engine (k=2 needs TC>=2, k=1/2 TP>=2)."""
-    codes = [0] + ([1] if TC >= 2 and TR >= 2 else []) + ([2] if TP >= 2 and TR >= 2 else [])
+    """A random <BR, k_code> per layer that exists on the engine (`supported_k_codes`)."""
+    codes = [int(c) for c in supported_k_codes(TR, TP, TC)]
     return [(rng.randint(1, b), rng.choice(codes)) for _ in range(n)]
 
 
