@@ -252,13 +252,10 @@ class NpuDriver:
             raise FluidError(f"subnet of {image.desc_count} layers; the NPU's FBCB holds {self.params.layers}")
 
     # -- running
-    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: Optional[int] = None) -> dict:
-        """START the image's descriptor table at Bactive (`b` sets it first) and wait for DONE.
-
-        Returns the counters {"busy", "mac", "dma_stall", "layers"} (cycles, layers) of this run.
-        Raises NpuTimeout (after soft and hard reset), NpuError (STATUS.ERROR) or FluidError.
-        """
-        t0 = time.perf_counter()
+    def start(self, image: SubnetImage, b: Optional[int] = None) -> None:
+        """The programming sequence of a run, and nothing after it: load the FBCB if it is not,
+        BACTIVE (`b` sets it), DESC_BASE/DESC_COUNT, clear IRQ_STATUS and the counters, START.
+        `run_subnet` waits for the run; testbenches that interrupt one call this alone."""
         self._check_image(image)
         if not self._fbcb_loaded:
             self.load_fbcb()
@@ -270,6 +267,16 @@ class NpuDriver:
         dev.write32(REG["IRQ_STATUS"].offset, 0b11)
         dev.write32(_CTRL.offset, CLEAR_COUNTERS)
         dev.write32(_CTRL.offset, START)
+
+    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: Optional[int] = None) -> dict:
+        """START the image's descriptor table at Bactive (`b` sets it first) and wait for DONE.
+
+        Returns the counters {"busy", "mac", "dma_stall", "layers"} (cycles, layers) of this run.
+        Raises NpuTimeout (after soft and hard reset), NpuError (STATUS.ERROR) or FluidError.
+        """
+        t0 = time.perf_counter()
+        self.start(image, b)
+        dev = self.device
         t1 = time.perf_counter()
         done = dev.wait_done(timeout_s)
         t2 = time.perf_counter()

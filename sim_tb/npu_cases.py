@@ -7,6 +7,7 @@ generated Verilog draw their cases here, so the two check the same thing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 import random
 
 import numpy as np
@@ -96,3 +97,35 @@ def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlaye
                             lp.geometry, lp.weights, lp.bias)
         case.expected.append(y)
     return case
+
+
+def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, timeout_s: float,
+               set_b: bool = True) -> dict:
+    """Run `case` on an NPU through its `NpuDriver` (host_driver/driver.py), the one place the
+    programming sequence is written; every testbench runs its cases through here.
+
+    The case's image is bound where it was planned (`window(base, nbytes)` is the device buffer
+    there) and uploaded, the FBCB gets the case's entries (the rest k = 1, BR = 1), BACTIVE = b
+    unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then `run_subnet`. A run the
+    NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
+    Returns {"status", counter registers..., "outputs"}.
+    """
+    from fluidnpu.host_driver.driver import COUNTERS, NpuError
+
+    p = driver.params
+    img = case.image
+    img.bind(window(img.base, len(img.memory)))
+    table = [0] * p.fbcb_depth
+    for addr, word in case.fbcb_words(p.layers, p.bmax).items():
+        table[addr] = word
+    driver.load_fbcb(table)
+    if set_b:
+        driver.reg("BACTIVE", case.b)     # unchecked, so a test can ask for a Bactive the NPU refuses
+    try:
+        driver.run_subnet(img, timeout_s=timeout_s)
+    except NpuError:
+        pass
+    counters = {reg: driver.reg(reg) for reg in COUNTERS.values()}
+    img.download()
+    outputs = [img.read_tensor(i + 1, case.b) for i in range(len(case.layers))]
+    return {"status": driver.status(), **counters, "outputs": outputs}
