@@ -99,19 +99,9 @@ def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlaye
     return case
 
 
-def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, timeout_s: float,
-               set_b: bool = True) -> dict:
-    """Run `case` on an NPU through its `NpuDriver` (host_driver/driver.py), the one place the
-    programming sequence is written; every testbench runs its cases through here.
-
-    The case's image is bound where it was planned (`window(base, nbytes)` is the device buffer
-    there) and uploaded, the FBCB gets the case's entries (the rest k = 1, BR = 1), BACTIVE = b
-    unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then `run_subnet`. A run the
-    NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
-    Returns {"status", counter registers..., "outputs"}.
-    """
-    from fluidnpu.host_driver.driver import COUNTERS, NpuError
-
+def load_case(driver: Any, case: Case, window: Callable[[int, int], Any]) -> None:
+    """Bind the case's image where it was planned (`window(base, nbytes)` is the device buffer
+    there), upload it, and load an FBCB with the case's entries (the rest k = 1, BR = 1)."""
     p = driver.params
     img = case.image
     img.bind(window(img.base, len(img.memory)))
@@ -119,6 +109,21 @@ def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, ti
     for addr, word in case.fbcb_words(p.layers, p.bmax).items():
         table[addr] = word
     driver.load_fbcb(table)
+
+
+def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, timeout_s: float,
+               set_b: bool = True) -> dict:
+    """Run `case` on an NPU through its `NpuDriver` (host_driver/driver.py), the one place the
+    programming sequence is written; every testbench runs its cases through here.
+
+    `load_case`, then BACTIVE = b unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then `run_subnet`. A run the
+    NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
+    Returns {"status", counter registers..., "outputs"}.
+    """
+    from fluidnpu.host_driver.driver import COUNTERS, NpuError
+
+    img = case.image
+    load_case(driver, case, window)
     if set_b:
         driver.reg("BACTIVE", case.b)     # unchecked, so a test can ask for a Bactive the NPU refuses
     try:
