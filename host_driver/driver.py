@@ -137,6 +137,7 @@ class NpuDriver:
         self.soft_reset_grace_s = soft_reset_grace_s
         self._bactive: Optional[int] = None
         self._fbcb_loaded = False
+        self._fbcb_words: Optional[tuple[int, ...]] = None     # what load_fbcb wrote last (a hard reset restores it)
         self.last_host_s = 0.0     # host-side time of the last run_subnet, device wait excluded
         self.last_wait_s = 0.0
         if verify:
@@ -182,9 +183,12 @@ class NpuDriver:
 
     # -- FBCB and Bactive
     def load_fbcb(self, words: Optional[Sequence[int]] = None) -> None:
-        """Write the whole FBCB (default: the bundle's table) through FBCB_ADDR/FBCB_DATA."""
+        """Write the whole FBCB (default: the table loaded last, else the bundle's; all zero for bare
+        NpuParams) through FBCB_ADDR/FBCB_DATA."""
         if words is None:
-            words = self.params.fbcb or tuple(fbcb_table(_data(self.bundle)))
+            words = self._fbcb_words or self.params.fbcb or (
+                (0,) * self.params.fbcb_depth if isinstance(self.bundle, NpuParams)
+                else tuple(fbcb_table(_data(self.bundle))))
         if len(words) != self.params.fbcb_depth:
             raise FluidError(f"FBCB table has {len(words)} entries, the NPU holds L*Bmax = {self.params.fbcb_depth}")
         if _BUSY.get(self.status()):
@@ -198,6 +202,7 @@ class NpuDriver:
             self._raise_if_error("loading the FBCB")
             raise FluidError(f"FBCB load stopped at entry {end} of {len(words)}")
         self._fbcb_loaded = True
+        self._fbcb_words = tuple(words)
 
     @property
     def bactive(self) -> int:
