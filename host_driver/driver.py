@@ -183,10 +183,10 @@ class NpuDriver:
 
     # -- FBCB and Bactive
     def load_fbcb(self, words: Optional[Sequence[int]] = None) -> None:
-        """Write the whole FBCB (default: the table loaded last, else the bundle's; all zero for bare
-        NpuParams) through FBCB_ADDR/FBCB_DATA."""
+        """Write the whole FBCB (default: the bundle's table; all zero for bare NpuParams) through
+        FBCB_ADDR/FBCB_DATA."""
         if words is None:
-            words = self._fbcb_words or self.params.fbcb or (
+            words = self.params.fbcb or (
                 (0,) * self.params.fbcb_depth if isinstance(self.bundle, NpuParams)
                 else tuple(fbcb_table(_data(self.bundle))))
         if len(words) != self.params.fbcb_depth:
@@ -317,14 +317,14 @@ class NpuDriver:
                          "FBCB and Bactive restored, the outputs of this run are invalid")
 
     def hard_reset(self) -> None:
-        """Reset the device, check it is idle, reload the FBCB and restore Bactive."""
+        """Reset the device, check it is idle, reload the FBCB it held (the table loaded last) and restore Bactive."""
         self.device.reset()
         self._fbcb_loaded = False
         st = self.status()
         if _BUSY.get(st):
             raise NpuTimeout(f"the NPU is still BUSY after a hard reset (STATUS {describe_status(st)}); "
                              "reload the bitstream")
-        self.load_fbcb()
+        self.load_fbcb(self._fbcb_words)
         if self._bactive is not None:
             self.reg("BACTIVE", self._bactive)
 
