@@ -26,6 +26,7 @@ import time
 from fluidnpu.boards import load_board
 from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.designs import design_for
+from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.fluidb import FluidB
 from fluidnpu.scheduler_fw.latency import LatencyTable
 from fluidnpu.scheduler_fw.registry import FLUID, R_B8
@@ -58,7 +59,7 @@ def decision_cost(table: LatencyTable, queue_len: int, preempt: bool, repeat: in
         t1 = clock()
         out.append((t1 - t0) * 1e-9)
         # put the world back for the next call (benchmark-only use of internals)
-        if act.kind == "catch-up":
+        if act.kind is RunKind.CATCH_UP:
             q._q.extendleft(reversed(act.batch))
         pol._active, pol._held, pol._backfilled_at, pol._next_seg = held, None, -1, 1
     return out

@@ -79,13 +79,13 @@ def synth_point(p: Point, root: Path, reuse: bool, reanalyse: bool = False) -> d
         return rep
     if reuse:
         return None
-    from fluidnpu.hw.npu import Npu, banks, nmax
-    from fluidnpu.hw.regmap import NpuParams
+    from fluidnpu.hw.npu import Npu
+    from fluidnpu.hw.regmap import NpuParams, input_banks, nmax
     from fluidnpu.hw.synth import synthesize
 
     rep = synthesize(Npu(NpuParams(TR=p.TR, TP=p.TP, TC=p.TC, bmax=p.bmax, layers=p.layers, axi_dw=AXI_DW)), "npu",
                      workdir=root / p.name, timing=True, timeout=SYNTH_TIMEOUT_S)
-    out = {"point": p.__dict__, "NB": banks(p.bmax), "NMAX": nmax(p.TP, p.TC), "yosys": rep.yosys,
+    out = {"point": p.__dict__, "NB": input_banks(p.bmax), "NMAX": nmax(p.TP, p.TC), "yosys": rep.yosys,
            "seconds": rep.seconds, "lut": rep.total.lut, "ff": rep.total.ff, "carry_cells": rep.total.carry,
            "timing": rep.timing.to_dict() if rep.timing else None}
     cache.write_text(json.dumps(out, indent=1))

@@ -120,8 +120,8 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     if reuse and cache.exists():
         return json.loads(cache.read_text())
     from fluidnpu.hw.engine_core import EngineCore
-    from fluidnpu.hw.npu import Npu, nmax
-    from fluidnpu.hw.regmap import NpuParams
+    from fluidnpu.hw.npu import Npu
+    from fluidnpu.hw.regmap import NpuParams, nmax
     from fluidnpu.hw.synth import synthesize
 
     if cfg.scope == "engine":

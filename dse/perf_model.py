@@ -34,13 +34,10 @@ from typing import Union
 
 import numpy as np
 
+from fluidnpu.hw.regmap import K_CODES, ROW_BITS, k_dims, nmax
+
 ArrayLike = Union[int, float, np.ndarray]
 
-# Two-bit FBCB encoding of the Stackable-PE mode.
-K_CODE_TO_K: dict[int, float] = {0: 1.0, 1: 2.0, 2: 0.5}
-K_TO_CODE: dict[float, int] = {v: c for c, v in K_CODE_TO_K.items()}
-# Order in which modes are tried: ties keep the earlier (plain PEs first).
-K_CODES: tuple[int, ...] = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -73,14 +70,9 @@ DEFAULT_TIMING = EngineTiming()
 
 def mode_dims(TR: ArrayLike, TP: ArrayLike, TC: ArrayLike, k_code: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The engine shape <TRk, TPk, TCk> seen by a layer in Stackable-PE mode k."""
-    TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
-    if k_code == 0:
-        return TR, TP, TC
-    if k_code == 1:  # k = 2: pairs of PEs stack into one tree of width 2TP
-        return TR // 2, TP * 2, TC // 2
-    if k_code == 2:  # k = 1/2: each PE splits into two trees of width TP/2
-        return TR // 2, TP // 2, TC * 2
-    raise ValueError(f"unknown Stackable-PE mode code {k_code}")
+    if k_code not in K_CODES:
+        raise ValueError(f"unknown Stackable-PE mode code {k_code}")
+    return k_dims(np.asarray(TR), np.asarray(TP), np.asarray(TC), k_code)
 
 
 def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -341,9 +333,6 @@ class LayerCosts:
         return fill + t * groups * tile.out_row - np.maximum(np.asarray(step) - t, 0)
 
 
-ROW_BITS = 24       # the control unit's wide divider (rows of a pass)
-
-
 def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, packed: ArrayLike,
                 npass: ArrayLike, same_last: ArrayLike, rows_full: ArrayLike, tre_full: ArrayLike,
                 rows_last: ArrayLike, tre_last: ArrayLike) -> np.ndarray:
@@ -367,8 +356,8 @@ def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, pa
 
 
 def bias_chunk(TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
-    """int32 biases one DMA read moves: NMAX / 2, NMAX = max(2TP, 2TC, 16) (hw/npu.py nmax)."""
-    return np.maximum(np.maximum(np.asarray(TP), np.asarray(TC)), 8)
+    """int32 biases one DMA read moves: NMAX / 2 (`fluidnpu.hw.regmap.nmax`)."""
+    return nmax(np.asarray(TP), np.asarray(TC)) // 2
 
 
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,

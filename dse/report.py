@@ -11,9 +11,9 @@ from typing import Sequence
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import K_CODES
 from fluidnpu.dse.search import Choice, DSEResult, LayerShapes, best_cycles
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.regmap import KCode
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,8 @@ def mode_study(result: DSEResult, b: int) -> list[LayerModeStudy]:
 
     r = best([Choice(b, 0)])
     fluid = best([Choice(br, 0) for br in range(b, 0, -1)])
-    stack = best([Choice(b, k) for k in K_CODES])
-    both = best([Choice(br, k) for k in K_CODES for br in range(b, 0, -1)])
+    stack = best([Choice(b, k) for k in KCode])
+    both = best([Choice(br, k) for k in KCode for br in range(b, 0, -1)])
     return [LayerModeStudy(x.name, x.R, x.P, x.C, int(r[i]), int(fluid[i]), int(stack[i]), int(both[i]),
                            x.groups * x.R * x.P * x.C * b / (result.TP * result.TC))
             for i, x in enumerate(layers)]

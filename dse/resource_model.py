@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from itertools import product
-import math
 from typing import Any
 
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.hw.regmap import input_banks
+from fluidnpu.hw.regmap import fbcb_entry_bits, input_banks, nmax
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -155,22 +154,17 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
     return best_b, best_u, feasible
 
 
-def fbcb_bits(bmax: int) -> int:
-    """Bits per FBCB entry: BR-1 in ceil(log2 Bmax) bits plus the 2-bit k code."""
-    return max(1, math.ceil(math.log2(bmax))) + 2
-
-
 def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
-    """NMAX, the longest vector one DMA command moves (an input row, a weight row or 16 bias
-    words); mirrors fluidnpu.hw.npu.nmax. The DMA and sequencer datapaths are this wide."""
-    return np.maximum(np.maximum(2 * np.asarray(TP), 2 * np.asarray(TC)), 16)
+    """NMAX (`fluidnpu.hw.regmap.nmax`) of whole design spaces: the DMA and sequencer
+    datapaths are this wide."""
+    return np.asarray(nmax(np.asarray(TP), np.asarray(TC)))
 
 
 def fbcb_lutram(n_layers: int, bmax: int) -> int:
-    """LUTs of the FBCB memory (L*Bmax entries of fbcb_bits), which the RTL keeps in distributed
+    """LUTs of the FBCB memory (L*Bmax entries of fbcb_entry_bits), which the RTL keeps in distributed
     RAM: a RAM32M is 32 x 6 bits and a RAM64M 64 x 3 bits, 4 LUTs each (the paper keeps the FBCB
     in registers; `Resources.fbcb_ff` gives that count for comparison)."""
-    depth, width = n_layers * bmax, fbcb_bits(bmax)
+    depth, width = n_layers * bmax, fbcb_entry_bits(bmax)
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
@@ -187,7 +181,7 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
            + extra * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax)
            + (extra > 0) * costs.lut_per_merge_word * nmax)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
-          + costs.ff_per_bank * nb + fbcb_bits(bmax) + extra * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax))
+          + costs.ff_per_bank * nb + fbcb_entry_bits(bmax) + extra * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax))
     return lut, ff
 
 
@@ -251,7 +245,7 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, axi_ports=board.npu_axi_ports,
                         banks=banks)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
-                     fbcb_ff=n_layers * bmax * fbcb_bits(bmax))
+                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax))
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,

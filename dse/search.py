@@ -22,12 +22,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, K_CODES, Bus, EngineTiming, LayerSetup, ModeCosts,
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerSetup, ModeCosts,
                                      layer_cycles_bound, layer_inside, layer_parts, layer_setup, mode_costs)
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
                                          over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
-from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, packs_groups
+from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Layer, Workload
 
@@ -108,7 +108,7 @@ class Choice:
 
 def choices(batching: str, b: int, stackable: bool) -> list[Choice]:
     """Candidate <BR, k> for batch b under a batching mode, in tie-break order."""
-    ks = K_CODES if stackable else (0,)
+    ks = k_codes(stackable)
     if batching == "fluid":
         return [Choice(BR, k) for k in ks for BR in range(b, 0, -1)]
     if batching == "r":
@@ -219,7 +219,7 @@ class Scorer:
         """
         opts = self.options
         col = (lo[:, None], hi[:, None])
-        modes = modes_of(TP[:, None], TC[:, None], self.shapes, K_CODES if opts.stackable else (0,), self.bus,
+        modes = modes_of(TP[:, None], TC[:, None], self.shapes, k_codes(opts.stackable), self.bus,
                          opts.timing)
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         for b, w in enumerate(opts.batch_weights(), start=1):

@@ -14,8 +14,8 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ROW_BITS, Bus, EngineTiming, bias_chunk, layer_costs,
-                                     mode_dims)
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, bias_chunk, layer_costs, mode_dims
+from fluidnpu.hw.regmap import ROW_BITS
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,9 @@ from typing import Any
 
 from fluidnpu import __version__
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import K_CODE_TO_K, EngineTiming
-from fluidnpu.dse.resource_model import fbcb_bits
+from fluidnpu.dse.perf_model import EngineTiming
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import check_banks, design_banks
+from fluidnpu.hw.regmap import K_CODES, check_banks, design_banks, fbcb_entry_bits
 from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
@@ -130,7 +129,7 @@ class FbcbEntry:
 
     @property
     def k(self) -> float:
-        return K_CODE_TO_K[self.k_code]
+        return K_CODES[self.k_code]
 
     def BP(self, b: int) -> int:
         """Sample groups appended along P: ceil(b / BR)."""
@@ -205,10 +204,10 @@ class Bundle:
                 raise FluidError(f"{what}: {name} must be {rows} x {bmax} (layers/exits x Bmax)")
         for li, row in enumerate(d["fbcb"]["entries"]):
             for b, (br, k) in enumerate(row, start=1):
-                if not 1 <= br <= b or k not in K_CODE_TO_K:
+                if not 1 <= br <= b or k not in K_CODES:
                     raise FluidError(f"{what}: FBCB entry layer {li}, b={b} is out of range (BR={br}, k code={k})")
-        if d["fbcb"]["bits_per_entry"] != fbcb_bits(bmax):
-            raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_bits(bmax)} for Bmax={bmax}")
+        if d["fbcb"]["bits_per_entry"] != fbcb_entry_bits(bmax):
+            raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_entry_bits(bmax)} for Bmax={bmax}")
         if len(d["performance"]["gops"]) != bmax or len(d["dse"]["weights"]) != bmax:
             raise FluidError(f"{what}: performance.gops and dse.weights need {bmax} entries")
         try:
@@ -247,8 +246,8 @@ def bundle_from_result(result: Any) -> Bundle:
         },
         "workload": result.workload.to_dict(),
         "fbcb": {
-            "bits_per_entry": fbcb_bits(opts.bmax),
-            "k_codes": {str(c): k for c, k in K_CODE_TO_K.items()},
+            "bits_per_entry": fbcb_entry_bits(opts.bmax),
+            "k_codes": {str(c): k for c, k in K_CODES.items()},
             "entries": [[[br, k] for br, k in zip(brs, ks)] for brs, ks in zip(result.plan.BR, result.plan.k_code)],
             "serial": result.plan.serial,
         },

@@ -216,7 +216,7 @@ def boards(name: str | None, as_json: bool) -> None:
 def show(bundle_path: str, layers: bool, as_json: bool) -> None:
     """Show a design bundle written by `fluidnpu dse`."""
     from fluidnpu.bundle import design_summary, load_bundle
-    from fluidnpu.dse.perf_model import K_CODE_TO_K
+    from fluidnpu.hw.regmap import K_CODES
 
     bundle = load_bundle(bundle_path)
     if as_json:
@@ -224,7 +224,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         if layers:
             summary["layers"] = [
                 {"name": s.layer.name, "segment": s.segment, "R": s.layer.R, "P": s.layer.P, "C": s.layer.C,
-                 "fbcb": [{"BR": e[0], "k": K_CODE_TO_K[e[1]]} for e in bundle.data["fbcb"]["entries"][s.index]],
+                 "fbcb": [{"BR": e[0], "k": K_CODES[e[1]]} for e in bundle.data["fbcb"]["entries"][s.index]],
                  "cycles": bundle.data["latency"]["layer_cycles"][s.index]}
                 for s in bundle.workload.schedule()]
         emit_json(summary)

@@ -1,44 +1,33 @@
 """The cocotb test `run_with_rtl` (host_driver/rtl_sim_device.py) runs inside the simulator.
 
-It sets up the clock, cocotbext-axi's AxiRam on each m_axi<i> and AxiLiteMaster on
-s_axi (as sim_tb/tb_npu.py does), then runs the pickled job's function in a
+It sets up the NPU with the cocotb harness every NPU testbench uses (sim_tb/cocotb_tb.py:
+clock, reset, cocotbext-axi's AxiRam on each m_axi<i> and AxiLiteMaster on s_axi), then runs the pickled job's function in a
 `cocotb.task.bridge` thread against an RtlSimDevice and pickles its result (or
 exception) back.
 """
 
 from __future__ import annotations
 
-import logging
 import pickle
 import traceback
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.task import bridge
-from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from fluidnpu.host_driver.rtl_sim_device import RtlSimDevice, _env_job
-from fluidnpu.sim_tb.cocotb_ram import axi_rams
+from fluidnpu.host_driver.driver import bundle_params
+from fluidnpu.host_driver.rtl_sim_device import _env_job
+from fluidnpu.sim_tb.cocotb_tb import TB
 
 
 @cocotb.test()
 async def run_job(dut):
     paths = _env_job()
     job = pickle.loads(Path(paths["job"]).read_bytes())
-    Clock(dut.clk, 10, unit="ns", impl="gpi").start()
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 2)
-    # one AxiRam per m_axi<i>, all on one memory, each port paused on its own
-    ram = axi_rams(dut, job["mem_bytes"], pause=job["pause"], seed=job["seed"])[0]
-    axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axi", bus_separator="__"), dut.clk, dut.rst)
-    for obj in (axil.write_if, axil.read_if):
-        obj.log.setLevel(logging.WARNING)
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
-    device = RtlSimDevice(dut, ram, axil, mem_bytes=job["mem_bytes"])
+    # the driver (if any) is opened in `body`, so a DesignMismatch goes back to the caller
+    tb = await TB(dut, bundle_params(job["bundle"]), pause=job["pause"], seed=job["seed"],
+                  mem_bytes=job["mem_bytes"]).start(open_driver=False)
+    device = tb.device
 
     def body():
         target = device

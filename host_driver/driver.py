@@ -22,7 +22,8 @@ import time
 from typing import Any, Mapping, Optional, Sequence
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import (ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table)
+from fluidnpu.hw.regmap import (ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table,
+                                supported_k_codes)
 from fluidnpu.host_driver.device import Buffer, BufferTooSmall, Device
 from fluidnpu.host_driver.memory_plan import LayerParams, SubnetImage, plan_subnet, subnet_nbytes
 
@@ -95,7 +96,7 @@ def stub_bundle(TR: int, TP: int, TC: int, bmax: int, entries: Sequence[Sequence
 def random_fbcb(layers: int, bmax: int, TR: int, TP: int, TC: int, seed: int = 0) -> list:
     """A valid random FBCB table (BR <= b, only modes the engine has) for tests and benchmarks."""
     rng = random.Random(seed)
-    codes = [0] + ([1] if TC >= 2 and TR >= 2 else []) + ([2] if TP >= 2 and TR >= 2 else [])
+    codes = [int(c) for c in supported_k_codes(TR, TP, TC)]
     return [[[rng.randint(1, b), rng.choice(codes)] for b in range(1, bmax + 1)] for _ in range(layers)]
 
 
@@ -136,6 +137,7 @@ class NpuDriver:
         self.soft_reset_grace_s = soft_reset_grace_s
         self._bactive: Optional[int] = None
         self._fbcb_loaded = False
+        self._fbcb_words: Optional[tuple[int, ...]] = None     # what load_fbcb wrote last (a hard reset restores it)
         self.last_host_s = 0.0     # host-side time of the last run_subnet, device wait excluded
         self.last_wait_s = 0.0
         if verify:
@@ -181,9 +183,12 @@ class NpuDriver:
 
     # -- FBCB and Bactive
     def load_fbcb(self, words: Optional[Sequence[int]] = None) -> None:
-        """Write the whole FBCB (default: the bundle's table) through FBCB_ADDR/FBCB_DATA."""
+        """Write the whole FBCB (default: the bundle's table; all zero for bare NpuParams) through
+        FBCB_ADDR/FBCB_DATA."""
         if words is None:
-            words = self.params.fbcb or tuple(fbcb_table(_data(self.bundle)))
+            words = self.params.fbcb or (
+                (0,) * self.params.fbcb_depth if isinstance(self.bundle, NpuParams)
+                else tuple(fbcb_table(_data(self.bundle))))
         if len(words) != self.params.fbcb_depth:
             raise FluidError(f"FBCB table has {len(words)} entries, the NPU holds L*Bmax = {self.params.fbcb_depth}")
         if _BUSY.get(self.status()):
@@ -197,6 +202,7 @@ class NpuDriver:
             self._raise_if_error("loading the FBCB")
             raise FluidError(f"FBCB load stopped at entry {end} of {len(words)}")
         self._fbcb_loaded = True
+        self._fbcb_words = tuple(words)
 
     @property
     def bactive(self) -> int:
@@ -251,13 +257,10 @@ class NpuDriver:
             raise FluidError(f"subnet of {image.desc_count} layers; the NPU's FBCB holds {self.params.layers}")
 
     # -- running
-    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: Optional[int] = None) -> dict:
-        """START the image's descriptor table at Bactive (`b` sets it first) and wait for DONE.
-
-        Returns the counters {"busy", "mac", "dma_stall", "layers"} (cycles, layers) of this run.
-        Raises NpuTimeout (after soft and hard reset), NpuError (STATUS.ERROR) or FluidError.
-        """
-        t0 = time.perf_counter()
+    def start(self, image: SubnetImage, b: Optional[int] = None) -> None:
+        """The programming sequence of a run, and nothing after it: load the FBCB if it is not,
+        BACTIVE (`b` sets it), DESC_BASE/DESC_COUNT, clear IRQ_STATUS and the counters, START.
+        `run_subnet` waits for the run; testbenches that interrupt one call this alone."""
         self._check_image(image)
         if not self._fbcb_loaded:
             self.load_fbcb()
@@ -269,6 +272,16 @@ class NpuDriver:
         dev.write32(REG["IRQ_STATUS"].offset, 0b11)
         dev.write32(_CTRL.offset, CLEAR_COUNTERS)
         dev.write32(_CTRL.offset, START)
+
+    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: Optional[int] = None) -> dict:
+        """START the image's descriptor table at Bactive (`b` sets it first) and wait for DONE.
+
+        Returns the counters {"busy", "mac", "dma_stall", "layers"} (cycles, layers) of this run.
+        Raises NpuTimeout (after soft and hard reset), NpuError (STATUS.ERROR) or FluidError.
+        """
+        t0 = time.perf_counter()
+        self.start(image, b)
+        dev = self.device
         t1 = time.perf_counter()
         done = dev.wait_done(timeout_s)
         t2 = time.perf_counter()
@@ -304,14 +317,14 @@ class NpuDriver:
                          "FBCB and Bactive restored, the outputs of this run are invalid")
 
     def hard_reset(self) -> None:
-        """Reset the device, check it is idle, reload the FBCB and restore Bactive."""
+        """Reset the device, check it is idle, reload the FBCB it held (the table loaded last) and restore Bactive."""
         self.device.reset()
         self._fbcb_loaded = False
         st = self.status()
         if _BUSY.get(st):
             raise NpuTimeout(f"the NPU is still BUSY after a hard reset (STATUS {describe_status(st)}); "
                              "reload the bitstream")
-        self.load_fbcb()
+        self.load_fbcb(self._fbcb_words)
         if self._bactive is not None:
             self.reg("BACTIVE", self._bactive)
 

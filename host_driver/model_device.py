@@ -29,7 +29,8 @@ import numpy as np
 
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
-from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry)
+from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry,
+                                k_dims, supported_k_codes)
 from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
 
 _W = {r.offset >> 2: r for r in REGISTERS}
@@ -250,9 +251,9 @@ class ModelDevice(Device):
             return None
         br, k = decode_fbcb_entry(self.fbcb[f["layer"] * p.bmax + b - 1], p.bmax)
         TR, TP, TC = p.TR, p.TP, p.TC
-        if k == 3 or (k == 1 and (TC < 2 or TR < 2)) or (k == 2 and (TP < 2 or TR < 2)) or br > b:
+        if k not in supported_k_codes(TR, TP, TC, p.stackable) or br > b:
             return None
-        TRk, TPk, nPE = {0: (TR, TP, TC), 1: (TR // 2, 2 * TP, TC // 2), 2: (TR // 2, TP // 2, 2 * TC)}[k]
+        TRk, TPk, nPE = k_dims(TR, TP, TC, k)
         C = f["cout"]
         BP = -(-b // br)
         g = min(BP, nPE // C, p.banks) if C <= nPE else 1

@@ -80,10 +80,10 @@ class RtlSimDevice(Device):
         me = self
 
         async def aread(off: int) -> int:
-            return int.from_bytes((await axil.read(off, 4)).data, "little")
+            return int(await axil.read_dword(off))
 
         async def awrite(off: int, value: int) -> None:
-            await axil.write(off, int(value & 0xFFFFFFFF).to_bytes(4, "little"))
+            await axil.write_dword(off, int(value & 0xFFFFFFFF))
 
         async def cycles(n: int) -> None:
             await ClockCycles(dut.clk, n)

@@ -32,8 +32,9 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from fluidnpu.hw.mac_tree import adder_tree
+from fluidnpu.hw.regmap import KCode, nmax as npu_nmax, supported_k_codes
 
-K1, K2, KHALF = 0, 1, 2          # k codes of the FBCB: k = 1, 2, 1/2
+K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
 
 def _rng(n: int) -> range:
@@ -68,12 +69,25 @@ def write_signature(fields: dict[str, object]) -> wiring.Signature:
     return wiring.Signature({"valid": Out(1), **{k: Out(v) for k, v in fields.items()}})
 
 
+def buffer_write_signatures(TR: int, TP: int, TC: int, NB: int, nmax: int) -> dict[str, wiring.Signature]:
+    """The core's buffer-write ports (driver's view): input rows, weight rows, bias chunks."""
+    return {"in_wr": write_signature({"ib": 1, "q": _rng(NB), "j": _rng(TR), "data": 16 * 2 * TP}),
+            "w_wr": write_signature({"wb": 1, "q": _rng(NB), "lane": _rng(2 * TP), "data": 16 * 2 * TC}),
+            "b_wr": write_signature({"wb": 1, "q": _rng(NB), "base": range(2 * TC + nmax), "data": 16 * nmax})}
+
+
+def step_signature(TR: int) -> wiring.Signature:
+    """The core's step port (driver's view): a weight step of `t` rows from buffer halves
+    `ib`/`wb`, first/last of its block, `sb` the staging half the block fills."""
+    return wiring.Signature({"valid": Out(1), "ready": In(1), "ib": Out(1), "wb": Out(1),
+                             "t": Out(range(TR + 1)), "first": Out(1), "last": Out(1), "sb": Out(1)})
+
+
 class EngineCore(wiring.Component):
     """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
 
     Attributes after construction:
-      modes:    the k codes this size supports (TP = 1 has no k=1/2, TC = 1 no k=2; only
-                k = 1 without Stackable PEs, `stackable=False`)
+      modes:    the k codes this size supports (`regmap.supported_k_codes`)
       latency:  {k code: cycles from a row's issue to its staging write}; a
                 block's `block_done` comes latency + 1 cycles after its last
                 row's issue, i.e. a block of steps issued back to back takes
@@ -87,29 +101,23 @@ class EngineCore(wiring.Component):
             raise ValueError("TR, TP, TC must be >= 1")
         if NB < 2 or NB & (NB - 1):
             raise ValueError(f"NB = {NB}: the bank count must be a power of two >= 2")
-        need = max(2 * TP, 2 * TC, 16)
+        need = npu_nmax(TP, TC)
         nmax = need if nmax is None else nmax
         if nmax < need or nmax % 2:
-            raise ValueError(f"nmax = {nmax} must be even and >= max(2TP, 2TC, 16) = {need}")
+            raise ValueError(f"nmax = {nmax} must be even and >= NMAX = max(2TP, 2TC, 16) = {need}")
         self.TR, self.TP, self.TC, self.NB, self.nmax = TR, TP, TC, NB, nmax
         self.h = TP // 2
         self.tree_levels = L = ceil_log2(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
-        self.modes = (K1,) + ((K2,) if stackable and TC >= 2 and TR >= 2 else ()) + (
-            (KHALF,) if stackable and TP >= 2 and TR >= 2 else ())
+        self.modes = supported_k_codes(TR, TP, TC, stackable)
         self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
         self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
         super().__init__({
             "k": In(2), "g": In(range(NB + 1)), "cw": In(range(2 * TC + 1)),
             "shift": In(5), "relu": In(1),
-            "in_wr": In(write_signature({"ib": 1, "q": _rng(NB), "j": _rng(TR), "data": 16 * 2 * TP})),
-            "w_wr": In(write_signature({"wb": 1, "q": _rng(NB), "lane": _rng(2 * TP), "data": 16 * 2 * TC})),
-            "b_wr": In(write_signature({"wb": 1, "q": _rng(NB), "base": range(2 * TC + nmax),
-                                        "data": 16 * nmax})),
-            "step": In(wiring.Signature({
-                "valid": Out(1), "ready": In(1), "ib": Out(1), "wb": Out(1),
-                "t": Out(range(TR + 1)), "first": Out(1), "last": Out(1), "sb": Out(1)})),
+            **{name: In(sig) for name, sig in buffer_write_signatures(TR, TP, TC, NB, nmax).items()},
+            "step": In(step_signature(TR)),
             "released": Out(1), "block_done": Out(1), "block_sb": Out(1), "mac_active": Out(1),
             "idle": Out(1),
             "st_sb": In(1), "st_j": In(_rng(TR)), "st_data": Out(16 * 2 * TC),

@@ -22,13 +22,8 @@ from fluidnpu.hw.axi import axi4_signature, axi_lite_signature, m_axi_name
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.engine_core import EngineCore
 from fluidnpu.hw.registers import NpuRegisters
-from fluidnpu.hw.regmap import NpuParams
+from fluidnpu.hw.regmap import NpuParams, nmax
 from fluidnpu.hw.sequencer import Sequencer
-
-
-def nmax(TP: int, TC: int) -> int:
-    """Longest vector one DMA command moves: an input row (2TP), a weight row (2TC), 16 bias words."""
-    return max(2 * TP, 2 * TC, 16)
 
 
 class Npu(wiring.Component):
@@ -90,19 +85,12 @@ class Npu(wiring.Component):
             dma.wr_cmd.payload.data.eq(seq.wr_data),
             seq.wr_idle.eq(dma.wr_idle), seq.wr_error.eq(dma.wr_error),
         ]
-        # control unit <-> EngineCore
+        # control unit <-> EngineCore: buffer writes and steps have the core's own signatures
+        for port in ("in_wr", "w_wr", "b_wr", "step"):
+            wiring.connect(m, getattr(seq, port), getattr(core, port))
         m.d.comb += [
             core.k.eq(seq.cfg_k), core.g.eq(seq.cfg_g), core.cw.eq(seq.cfg_cw),
             core.shift.eq(seq.cfg_shift), core.relu.eq(seq.cfg_relu),
-            core.in_wr.valid.eq(seq.in_wr_valid), core.in_wr.ib.eq(seq.in_wr_ib), core.in_wr.q.eq(seq.in_wr_q),
-            core.in_wr.j.eq(seq.in_wr_j), core.in_wr.data.eq(seq.in_wr_data),
-            core.w_wr.valid.eq(seq.w_wr_valid), core.w_wr.wb.eq(seq.w_wr_wb), core.w_wr.lane.eq(seq.w_wr_lane),
-            core.w_wr.data.eq(seq.w_wr_data), core.w_wr.q.eq(seq.w_wr_q), core.b_wr.q.eq(seq.b_wr_q),
-            core.b_wr.valid.eq(seq.b_wr_valid), core.b_wr.wb.eq(seq.b_wr_wb), core.b_wr.base.eq(seq.b_wr_base),
-            core.b_wr.data.eq(seq.b_wr_data),
-            core.step.valid.eq(seq.step_valid), seq.step_ready.eq(core.step.ready),
-            core.step.ib.eq(seq.step_ib), core.step.wb.eq(seq.step_wb), core.step.t.eq(seq.step_t),
-            core.step.first.eq(seq.step_first), core.step.last.eq(seq.step_last), core.step.sb.eq(seq.step_sb),
             seq.released.eq(core.released), seq.block_done.eq(core.block_done),
             core.st_sb.eq(seq.st_sb), core.st_j.eq(seq.st_j), seq.st_data.eq(core.st_data),
             seq.mac_active.eq(core.mac_active),

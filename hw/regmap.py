@@ -32,7 +32,68 @@ WINDOW_BYTES = 0x1000  # the address range Vivado assigns (only bits [11:2] are 
 # Vivado IP identity (vendor:library:name:version) the NPU is packaged under; the host driver binds to it
 # (PYNQ DefaultIP.bindto) and looks it up in a .hwh.
 VLNV = f"fluidnpu.org:fluidnpu:npu:{VERSION_MAJOR}.{VERSION_MINOR}"
-K_CODES = {0: 1.0, 1: 2.0, 2: 0.5}  # FBCB k code -> k (same as fluidnpu.dse.perf_model.K_CODE_TO_K)
+
+
+class KCode(IntEnum):
+    """The FBCB's 2-bit code of a layer's Stackable-PE mode k (docs/hw-architecture.md).
+
+    The order is the order the DSE tries modes in: ties keep the earlier (plain PEs first).
+    """
+
+    K1 = 0     # k = 1: plain PEs
+    K2 = 1     # k = 2: pairs of PEs stacked into one with a 2TP-wide reduction
+    KHALF = 2  # k = 1/2: each PE split into two with TP/2-wide reductions
+
+    @property
+    def k(self) -> float:
+        """The mode's k (the reduction width is k*TP)."""
+        return K_CODES[self]
+
+
+K_CODES: dict[int, float] = {int(KCode.K1): 1.0, int(KCode.K2): 2.0, int(KCode.KHALF): 0.5}  # code -> k
+K_CODE_BITS = 2            # the k code's bits at the bottom of an FBCB entry
+ROW_BITS = 24              # the control unit's row counters and wide divider: rows of a pass (Bmax * R) and R
+NMAX_MIN = 16              # a DMA command moves at least 16 words: a bias chunk of 8 int32
+
+
+def k_dims(TR: Any, TP: Any, TC: Any, k_code: int) -> tuple[Any, Any, Any]:
+    """The engine shape <TRk, TPk, TCk> a layer sees in mode k: k = 2 stacks pairs of PEs into
+    one 2TP-wide tree, k = 1/2 splits each PE into two TP/2-wide trees; both halve the rows.
+    Works on ints and on numpy arrays."""
+    if k_code == KCode.K1:
+        return TR, TP, TC
+    if k_code == KCode.K2:
+        return TR // 2, TP * 2, TC // 2
+    if k_code == KCode.KHALF:
+        return TR // 2, TP // 2, TC * 2
+    raise FluidError(f"unknown Stackable-PE mode code {k_code}")
+
+
+def k_codes(stackable: bool = True) -> tuple[KCode, ...]:
+    """The modes an engine may have before its size rules any out: all three with Stackable
+    PEs, k = 1 only without (`stackable=False`, the baselines'); in tie-break order."""
+    return tuple(KCode) if stackable else (KCode.K1,)
+
+
+def supported_k_codes(TR: int, TP: int, TC: int, stackable: bool = True) -> tuple[KCode, ...]:
+    """The modes an engine of this size runs: k = 2 halves TC and TR, k = 1/2 halves TP and TR,
+    so TC = 1 has no k = 2, TP = 1 no k = 1/2, TR = 1 neither; only k = 1 without Stackable PEs.
+    (The DSE applies the same rule to whole design spaces through `perf_model.mode_dims`:
+    a mode exists where all three of its dimensions are at least 1.)"""
+    return tuple(c for c in k_codes(stackable)
+                 if c == KCode.K1 or (TR >= 2 and (TC if c == KCode.K2 else TP) >= 2))
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    """max(a, b) elementwise for ints and numpy arrays alike (this module imports no numpy)."""
+    return a + (b - a) * (b > a)
+
+
+def nmax(TP: Any, TC: Any) -> Any:
+    """NMAX, the longest vector one DMA command moves: an input row (2TP words), a weight row
+    (2TC) or NMAX_MIN bias words. The DMA and control unit datapaths are this wide. Works on
+    ints (the RTL) and on numpy arrays (the DSE's resource model, a whole design space)."""
+    return _maximum(_maximum(2 * TP, 2 * TC), NMAX_MIN)
 
 
 class Access(str, Enum):
@@ -280,8 +341,8 @@ def fbcb_br_bits(bmax: int) -> int:
 
 
 def fbcb_entry_bits(bmax: int) -> int:
-    """Bits of one FBCB memory entry: the 2-bit k code, then BR-1."""
-    return fbcb_br_bits(bmax) + 2
+    """Bits of one FBCB memory entry: the 2-bit k code, then BR-1 (2 bits in all at Bmax = 1)."""
+    return fbcb_br_bits(bmax) + K_CODE_BITS
 
 
 def fbcb_index(layer: int, b: int, bmax: int) -> int:
@@ -297,13 +358,13 @@ def encode_fbcb_entry(br: int, k_code: int, bmax: int) -> int:
         raise FluidError(f"FBCB k code must be one of {sorted(K_CODES)}, got {k_code}")
     if not 1 <= br <= bmax:
         raise FluidError(f"FBCB BR must be in 1..{bmax}, got {br}")
-    return k_code | (br - 1) << 2
+    return k_code | (br - 1) << K_CODE_BITS
 
 
 def decode_fbcb_entry(word: int, bmax: int) -> tuple[int, int]:
     """(BR, k_code) of a stored entry (bits above the entry width are ignored)."""
-    k_code = word & 0b11
-    br = ((word >> 2) & ((1 << fbcb_br_bits(bmax)) - 1)) + 1
+    k_code = word & ((1 << K_CODE_BITS) - 1)
+    br = ((word >> K_CODE_BITS) & ((1 << fbcb_br_bits(bmax)) - 1)) + 1
     return br, k_code
 
 

@@ -26,8 +26,8 @@ _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb
 @click.option("--design", type=click.Path(dir_okay=False), default=None,
               help="run on this design bundle instead of the policy's own DSE'd design")
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
-@click.option("--rate", type=float, required=True, help="mean Poisson arrival rate (samples/s)")
-@click.option("--slo", type=float, required=True, help="p99 latency SLO (ms)")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--slo", type=click.FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
@@ -45,13 +45,10 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
     """Serve a seeded Poisson trace with one POLICY and report latency, SLO violations, utilisation."""
     from fluidnpu.design import load_model
     from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
-    from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
     from fluidnpu.scheduler_fw.simulation import Setting, simulate
 
     spec = policy_spec(policy)
-    check_positive(rate, "--rate (samples/s)")
-    check_positive(slo, "--slo (ms)")
     cached = None
     if design:
         if model or board:
@@ -110,14 +107,15 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 
 @click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
 @click.argument("what", type=click.Choice([*FIGURES, "all"]))
-@click.option("--seeds", type=int, default=3, show_default=True, help="seeds averaged per point")
-@click.option("--samples", type=int, default=DEFAULT_SAMPLES, show_default=True, help="requests per seed")
+@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="seeds averaged per point")
+@click.option("--samples", type=click.IntRange(min=100), default=DEFAULT_SAMPLES, show_default=True,
+              help="requests per seed (>= 100 for a p99)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="build/eval", show_default=True,
               help="where the CSV/JSON/PNG files go")
-@click.option("--jobs", type=int, default=None, help="worker processes (default: up to 2)")
-@click.option("--bmax", type=int, default=8, show_default=True)
-@click.option("--decision-cost-us", type=float, default=DEFAULT_DECISION_COST_S * 1e6, show_default=True,
-              help="NPU stall per scheduler invocation (µs)")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="worker processes (default: up to 2)")
+@click.option("--bmax", type=click.IntRange(1, 64), default=8, show_default=True)
+@click.option("--decision-cost-us", type=click.FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
+              show_default=True, help="NPU stall per scheduler invocation (µs)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")
 @click.option("--no-plots", is_flag=True, help="CSV/JSON only")

@@ -7,6 +7,7 @@ generated Verilog draw their cases here, so the two check the same thing.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 import random
 
 import numpy as np
@@ -14,6 +15,7 @@ import numpy as np
 from fluidnpu.host_driver.memory_plan import LayerParams, SubnetImage, plan_subnet
 from fluidnpu.hw.descriptor import LayerDescriptor
 from fluidnpu.hw.reference import layer_reference
+from fluidnpu.hw.regmap import supported_k_codes
 
 
 @dataclass
@@ -66,8 +68,8 @@ def random_layer(rng: random.Random, geometry: LayerDescriptor) -> LayerParams:
 
 
 def random_modes(rng: random.Random, n: int, b: int, TR: int, TP: int, TC: int) -> list[tuple[int, int]]:
-    """A random <BR, k_code> per layer that exists on the engine (k=2 needs TC>=2, k=1/2 TP>=2)."""
-    codes = [0] + ([1] if TC >= 2 and TR >= 2 else []) + ([2] if TP >= 2 and TR >= 2 else [])
+    """A random <BR, k_code> per layer that exists on the engine (`supported_k_codes`)."""
+    codes = [int(c) for c in supported_k_codes(TR, TP, TC)]
     return [(rng.randint(1, b), rng.choice(codes)) for _ in range(n)]
 
 
@@ -95,3 +97,40 @@ def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlaye
                             lp.geometry, lp.weights, lp.bias)
         case.expected.append(y)
     return case
+
+
+def load_case(driver: Any, case: Case, window: Callable[[int, int], Any]) -> None:
+    """Bind the case's image where it was planned (`window(base, nbytes)` is the device buffer
+    there), upload it, and load an FBCB with the case's entries (the rest k = 1, BR = 1)."""
+    p = driver.params
+    img = case.image
+    img.bind(window(img.base, len(img.memory)))
+    table = [0] * p.fbcb_depth
+    for addr, word in case.fbcb_words(p.layers, p.bmax).items():
+        table[addr] = word
+    driver.load_fbcb(table)
+
+
+def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, timeout_s: float,
+               set_b: bool = True) -> dict:
+    """Run `case` on an NPU through its `NpuDriver` (host_driver/driver.py), the one place the
+    programming sequence is written; every testbench runs its cases through here.
+
+    `load_case`, then BACTIVE = b unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then `run_subnet`. A run the
+    NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
+    Returns {"status", counter registers..., "outputs"}.
+    """
+    from fluidnpu.host_driver.driver import COUNTERS, NpuError
+
+    img = case.image
+    load_case(driver, case, window)
+    if set_b:
+        driver.reg("BACTIVE", case.b)     # unchecked, so a test can ask for a Bactive the NPU refuses
+    try:
+        driver.run_subnet(img, timeout_s=timeout_s)
+    except NpuError:
+        pass
+    counters = {reg: driver.reg(reg) for reg in COUNTERS.values()}
+    img.download()
+    outputs = [img.read_tensor(i + 1, case.b) for i in range(len(case.layers))]
+    return {"status": driver.status(), **counters, "outputs": outputs}

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from fluidnpu.dse.perf_model import K_CODES, layer_inside
+from fluidnpu.dse.perf_model import layer_inside
 from fluidnpu.dse.resource_model import feasible_designs, max_tr
 from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_tc, evaluate_design, explore,
                                  unique_layers)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import bank_choices, packs_groups
+from fluidnpu.hw.regmap import bank_choices, k_codes, packs_groups
 from fluidnpu.workload import Exit, Layer, Workload
 
 
@@ -26,7 +26,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
     bus = board.bus()
     layers = workload.layers()
     tr_cap = bmax * max(layer.R for layer in layers)
-    ks = K_CODES if stackable else (0,)
+    ks = k_codes(stackable)
     best = (-1.0, None)
     for NB, TP in itertools.product(bank_choices(bmax, packs_groups(batching)), range(1, board.dsp + 1)):
         for TC in range(1, board.dsp // TP + 1):

@@ -14,8 +14,9 @@ import pytest
 
 from fluidnpu.boards import load_board
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, bram36_for, control_logic, design_resources, dma_words,
-                                         engine_logic, fbcb_bits, fbcb_lutram, input_banks, logic_use, max_tr, memories,
+                                         engine_logic, fbcb_lutram, input_banks, logic_use, max_tr, memories,
                                          memory_use, uram_for)
+from fluidnpu.hw.regmap import fbcb_entry_bits, nmax
 
 
 def test_bram_aspect_ratios():
@@ -36,7 +37,7 @@ def test_uram_granularity():
 def test_fbcb_register_bits_match_paper():
     # The paper stores BR in log2(Bmax) bits and k in 2: 5 bits at Bmax = 8, so a
     # 62-layer FBCB is 62*8*5 = 2480 registers = 0.57% of ZC706's 437,200 FFs (Sec. IV).
-    assert fbcb_bits(8) == 5
+    assert fbcb_entry_bits(8) == 5
     zc706 = load_board("zc706")
     res = design_resources(1024, 7, 128, zc706, 8, 62, True)
     assert res.fbcb_ff == 2480
@@ -83,12 +84,10 @@ def _load_benchmark():
 
 
 def test_rtl_parameters_mirror_the_rtl():
-    pytest.importorskip("amaranth")
-    from fluidnpu.hw.npu import nmax
-
-    for tp in (1, 2, 7, 8, 9, 30):
-        for tc in (1, 4, 8, 9, 128):
-            assert dma_words(tp, tc) == nmax(tp, tc)
+    # the vectorised NMAX of a design space is the RTL's scalar one, element by element
+    tp, tc = np.array([1, 2, 7, 8, 9, 30])[:, None], np.array([1, 4, 8, 9, 128])[None, :]
+    assert dma_words(tp, tc).tolist() == [[max(2 * p, 2 * c, 16) for c in tc[0]] for p in tp[:, 0]]
+    assert [nmax(p, c) for p, c in ((1, 1), (9, 4), (3, 30))] == [16, 18, 60]
 
 
 def _rtl_memories(core) -> list[tuple[int, int]]:
@@ -176,7 +175,7 @@ def test_control_terms():
 
 def test_fbcb_lut_ram():
     # RAM32M: 32 x 6 bits, RAM64M: 64 x 3 bits, 4 LUTs each
-    assert fbcb_bits(2) == 3 and fbcb_lutram(8, 2) == 4          # 16 x 3: one RAM32M
+    assert fbcb_entry_bits(2) == 3 and fbcb_lutram(8, 2) == 4          # 16 x 3: one RAM32M
     assert fbcb_lutram(54, 8) == 56                              # 432 x 5: 14 RAM32M = 7 x 2 RAM64M
     assert fbcb_lutram(1, 1) == 4
 

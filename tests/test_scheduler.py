@@ -13,6 +13,7 @@ from fluidnpu.scheduler_fw.backend import SimulatedNPU
 from fluidnpu.scheduler_fw.fluidb import FluidB
 from fluidnpu.scheduler_fw.latency import LatencyTable
 from fluidnpu.scheduler_fw.lazybatching import LazyBatching
+from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.registry import POLICIES, make_policy, policy_spec
 from fluidnpu.scheduler_fw.samples import ReorderBuffer, RequestQueue, Sample
 from fluidnpu.scheduler_fw.serving import TraceSource, VirtualClock, WallClock, serve
@@ -163,7 +164,7 @@ def test_fluidb_backfills_once_per_exit_and_never_beyond_bmax():
     assert max(len(r.batch) for r in rep.runs_log) <= 4
     # each exit point is followed by at most one catch-up before the batch continues
     for a, b in zip(rep.runs_log, rep.runs_log[1:]):
-        assert not (a.kind == "catch-up" and b.kind == "catch-up")
+        assert not (a.kind is RunKind.CATCH_UP and b.kind is RunKind.CATCH_UP)
     assert sorted(rep.ids) == list(range(12))
 
 

@@ -14,17 +14,17 @@ import click
 @click.option("--fleet", "fleet_path", required=True, type=click.Path(dir_okay=False),
               help='JSON: {"devices": [{"name", "design" | "kind": "gpu" + "profile", "count"}, ...]}')
 @click.option("--no-early-exit", is_flag=True, help="price every batch as if no sample left early")
-@click.option("--headroom", type=float, default=0.0, show_default=True,
+@click.option("--headroom", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="size every node for rate x (1 + H): room for Poisson bursts")
-@click.option("--slo-margin", type=float, default=0.0, show_default=True,
+@click.option("--slo-margin", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="plan every session for SLO x (1 - M): room for what the model does not price (RPCs, jitter)")
-@click.option("--check", "check_s", type=float, default=0.0, show_default=True,
+@click.option("--check", "check_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
-@click.option("--run", "run_s", type=float, default=0.0, show_default=True,
+@click.option("--run", "run_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="serve the plan on Ray (emulated boards, wall clock) under Poisson load for this many seconds; "
                    "needs the 'fleet' extra")
 @click.option("--address", default=None, help="with --run: join this Ray cluster instead of starting a local one")
-@click.option("--epoch", "epoch_s", type=float, default=0.0, show_default=True,
+@click.option("--epoch", "epoch_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="with --run: re-plan every this many seconds on the measured rates (0: never)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check/--run arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
@@ -34,16 +34,11 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.output import emit_json, err, out
-    from fluidnpu.errors import FluidError
     from fluidnpu.scheduler_fw.fleet.check import check_plan
     from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file, load_sessions
     from fluidnpu.scheduler_fw.fleet.nexus import plan
     from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, plan_dict, plan_text, plot_plan
 
-    if not headroom >= 0 or not check_s >= 0 or not run_s >= 0 or not epoch_s >= 0:
-        raise FluidError("--headroom, --check, --run and --epoch must be >= 0")
-    if not 0 <= slo_margin < 1:
-        raise FluidError(f"--slo-margin must be in [0, 1), got {slo_margin:g}")
     if run_s:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
 

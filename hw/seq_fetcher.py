@@ -1,0 +1,318 @@
+"""The control unit's im2col fetcher (hw/sequencer.py).
+
+For the layer the planner presents on `plan`, from `go` on, it walks column
+tiles -> passes -> blocks -> weight steps and issues the DMA reads of every
+step ahead of the core (`rd_cmd`): each step's weight rows (one read per
+packed group), the block's bias on its first step, and its input rows, which
+im2col builds straight from the previous layer's HWC tensor (one read per
+run of contiguous channels of a kernel tap; padding reads are zero fills).
+Each step goes to the loader (`step`), each block to the writer (`block`),
+both through 4-deep FIFOs.
+
+The fetcher starts a step's reads once the step before the previous one has
+been handed to the core (at most two fetched steps wait for the core), not
+when its buffer half is released: the loader writes a step's data only after
+the previous step has been handed over, which is when the core lets that half
+be overwritten, so the DMA round trip overlaps the core's last rows instead
+of following them.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Mux, Signal, signed
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
+
+from fluidnpu.hw.descriptor import LAYOUT
+from fluidnpu.hw.regmap import ROW_BITS
+from fluidnpu.hw.seq_streams import (ADDR, KIND_BIAS, KIND_INPUT, KIND_WEIGHT, block_layout, plan_layout,
+                                     read_cmd_layout, step_layout, tag_layout)
+
+
+class SeqFetcher(wiring.Component):
+    """Issues the reads of every step ahead of the core; see the module docstring.
+
+    Ports: `plan` and `go` from the planner, `rd_cmd` (stream of read commands), `step`
+    (stream of `step_layout` to the loader), `block` (stream of `block_layout` to the
+    writer), `cfg_g` (the core's group count, changed only while the core is idle),
+    `core_idle` (from the loader: no step handed to the core is unreleased) and `idle`
+    (the layer's reads are all issued and both FIFOs are empty).
+    """
+
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, nmax: int) -> None:
+        self.TR, self.TP, self.TC, self.NB, self.bmax, self.nmax = TR, TP, TC, NB, bmax, nmax
+        self.tag = tag_layout(NB, TR, TP, TC, nmax)
+        super().__init__({
+            "plan": In(plan_layout(TR, TP, TC, NB, bmax)), "go": In(1), "idle": Out(1),
+            "rd_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
+            "step": Out(stream.Signature(step_layout(TR))),
+            "block": Out(stream.Signature(block_layout(TR, TC, NB))),
+            "cfg_g": Out(range(NB + 1)), "core_idle": In(1),
+        })
+
+    def elaborate(self, platform) -> Module:  # noqa: C901 - one FSM, state by state
+        m = Module()
+        TR, TP, TC, NB, bmax, nmax = self.TR, self.TP, self.TC, self.NB, self.bmax, self.nmax
+        b_bits = bits_for(bmax)
+        pl = self.plan
+        f = {name: pl.desc[name] for name, *_ in LAYOUT}
+        b, BR, BP, nPE, TPk, g, gl, cw, br_src = pl.b, pl.BR, pl.BP, pl.nPE, pl.TPk, pl.g, pl.gl, pl.cw, pl.br_src
+        cmd = self.rd_cmd.payload
+        tag = cmd.tag
+
+        # at most 4 steps and 4 blocks wait for the loader and the writer
+        m.submodules.step_fifo = step_fifo = fifo.SyncFIFOBuffered(width=self.step.payload.shape().size, depth=4)
+        m.submodules.blk_fifo = blk_fifo = fifo.SyncFIFOBuffered(width=self.block.payload.shape().size, depth=4)
+        m.d.comb += [self.step.valid.eq(step_fifo.r_rdy), self.step.payload.eq(step_fifo.r_data),
+                     step_fifo.r_en.eq(self.step.ready),
+                     self.block.valid.eq(blk_fifo.r_rdy), self.block.payload.eq(blk_fifo.r_data),
+                     blk_fifo.r_en.eq(self.block.ready)]
+        fetch_done = Signal()
+        m.d.comb += self.idle.eq(fetch_done & (step_fifo.level == 0) & (blk_fifo.level == 0))
+
+        col0 = Signal(16)
+        w = Signal(range(2 * TC + 1))
+        grp_next = Signal(b_bits + 1)
+        nsamp = Signal(b_bits + 1)
+        nsrc = Signal(ADDR)
+        gp = Signal(range(NB + 1))
+        last_pass = Signal()
+        q = Signal(range(NB + 1))
+        bi = Signal(ROW_BITS)
+        t = Signal(range(TR + 1))
+        j = Signal(range(TR + 1))
+        p0 = Signal(ROW_BITS)
+        nl = Signal(range(2 * TP + 1))
+        lane = Signal(range(2 * TP + 1))
+        rem = Signal(range(2 * TP + 1))
+        wrow = Signal(ADDR)
+        # every group's copy of a weight row / bias chunk is a read of its own, moved back by
+        # q*cw words so that the row lands in group q's columns (docs/hw-architecture.md)
+        wq, bq = Signal(range(NB + 1)), Signal(range(NB + 1))
+        wq_off, bq_off = Signal(range(2 * TC + 1)), Signal(range(2 * TC + 1))     # q*cw, q < g
+        bcol = Signal(range(2 * TC + nmax + 1))        # logical column of the bias chunk read
+        sb = Signal()
+        first = Signal()
+        last = Signal()
+        cur_g = Signal(range(NB + 1))
+        m.d.comb += self.cfg_g.eq(cur_g)
+
+        n_sel = Mux(last_pass, pl.last.n, pl.full.n)
+        s_sel = Mux(last_pass, pl.last.s, pl.full.s)
+        big_sel = Mux(last_pass, pl.last.big, pl.full.big)
+
+        # per-group cursors at the start of the current block
+        def arr(name, shape):
+            return Array(Signal(shape, name=f"{name}{i}") for i in range(NB))
+        c_sample, c_gend = arr("c_sample", b_bits + 1), arr("c_gend", b_bits + 1)
+        c_pix, c_oy, c_ox = arr("c_pix", ROW_BITS), arr("c_oy", 16), arr("c_ox", 16)
+        c_iy, c_ix = arr("c_iy", signed(18)), arr("c_ix", signed(18))
+        c_off, c_sbase = arr("c_off", signed(ADDR)), arr("c_sbase", ADDR)
+        # working cursor of the row being fetched
+        w_sample, w_gend = Signal(b_bits + 1), Signal(b_bits + 1)
+        w_pix, w_oy, w_ox = Signal(ROW_BITS), Signal(16), Signal(16)
+        w_iy, w_ix = Signal(signed(18)), Signal(signed(18))
+        w_off, w_sbase = Signal(signed(ADDR)), Signal(ADDR)
+        # tap state (ky, kx, ci, byte offset): at the step start, and while walking a row
+        s_ky, s_kx, s_ci, s_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        t_ky, t_kx, t_ci, t_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+
+        # next cursor after one row
+        last_x = w_ox + 1 == f["out_w"]
+        last_p = w_pix + 1 == f["npix"]
+        nc_sig = {k: Signal.like(v, name=f"nc_{k}") for k, v in
+                  dict(sample=w_sample, pix=w_pix, oy=w_oy, ox=w_ox, iy=w_iy, ix=w_ix, off=w_off,
+                       sbase=w_sbase).items()}
+        with m.If(last_p):
+            m.d.comb += [nc_sig["sample"].eq(w_sample + 1), nc_sig["pix"].eq(0), nc_sig["oy"].eq(0),
+                         nc_sig["ox"].eq(0), nc_sig["iy"].eq(-f["ph"]), nc_sig["ix"].eq(-f["pw"]),
+                         nc_sig["off"].eq(f["origin"]), nc_sig["sbase"].eq(w_sbase + f["src_sample_stride"])]
+        with m.Elif(last_x):
+            m.d.comb += [nc_sig["sample"].eq(w_sample), nc_sig["pix"].eq(w_pix + 1), nc_sig["oy"].eq(w_oy + 1),
+                         nc_sig["ox"].eq(0), nc_sig["iy"].eq(w_iy + f["sh"]), nc_sig["ix"].eq(-f["pw"]),
+                         nc_sig["off"].eq(w_off + f["y_wrap"]), nc_sig["sbase"].eq(w_sbase)]
+        with m.Else():
+            m.d.comb += [nc_sig["sample"].eq(w_sample), nc_sig["pix"].eq(w_pix + 1), nc_sig["oy"].eq(w_oy),
+                         nc_sig["ox"].eq(w_ox + 1), nc_sig["iy"].eq(w_iy), nc_sig["ix"].eq(w_ix + f["sw"]),
+                         nc_sig["off"].eq(w_off + f["x_step"]), nc_sig["sbase"].eq(w_sbase)]
+
+        # one im2col run of the current row: contiguous channels of one kernel tap
+        left_in_tap = f["cin"] - t_ci
+        run = Signal(range(2 * TP + 1))
+        m.d.comb += run.eq(Mux(left_in_tap < rem, left_in_tap, rem))
+        iy = w_iy + t_ky
+        ix = w_ix + t_kx
+        inside = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
+        row_ok = w_sample < w_gend
+        # tap state after this run
+        nt_ky, nt_kx, nt_ci, nt_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        with m.If(t_ci + run == f["cin"]):
+            with m.If(t_kx + 1 == f["kw"]):
+                m.d.comb += [nt_ky.eq(t_ky + 1), nt_kx.eq(0), nt_ci.eq(0),
+                             nt_off.eq(t_off + 2 * run + f["kx_delta"] + f["ky_delta"])]
+            with m.Else():
+                m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx + 1), nt_ci.eq(0),
+                             nt_off.eq(t_off + 2 * run + f["kx_delta"])]
+        with m.Else():
+            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_ci.eq(t_ci + run), nt_off.eq(t_off + 2 * run)]
+
+        accepted = self.rd_cmd.valid & self.rd_cmd.ready
+
+        ahead_ok = step_fifo.level < 2
+
+        first_c, last_c = Signal(), Signal()
+        step_w = Signal(self.step.payload.shape())
+        m.d.comb += [step_w.t.eq(t), step_w.first.eq(first_c), step_w.last.eq(last_c), step_w.sb.eq(sb),
+                     step_fifo.w_data.eq(step_w)]
+        blk = Signal(self.block.payload.shape())
+        m.d.comb += blk_fifo.w_data.eq(blk)
+
+        with m.FSM(name="fetch"):
+            with m.State("IDLE"):
+                m.d.comb += fetch_done.eq(1)
+                with m.If(self.go):
+                    m.d.sync += [col0.eq(0)]
+                    m.next = "TILE"
+            with m.State("TILE"):
+                rest = f["cout"] - col0
+                m.d.sync += [w.eq(Mux(rest < nPE, rest, nPE)), grp_next.eq(0), nsamp.eq(0),
+                             nsrc.eq(f["src_base"])]
+                m.next = "PASS"
+            with m.State("PASS"):
+                is_last = BP - grp_next <= g
+                groups = Mux(is_last, gl, g)
+                m.d.sync += [gp.eq(groups), last_pass.eq(is_last), q.eq(0), bi.eq(0)]
+                # the core's bank placement depends on the pass's group count: change it only when idle
+                with m.If(groups != cur_g):
+                    with m.If(self.core_idle & (step_fifo.level == 0)):
+                        m.d.sync += cur_g.eq(groups)
+                        m.next = "CURSORS"
+                with m.Else():
+                    m.next = "CURSORS"
+            with m.State("CURSORS"):      # each group of the pass starts at its first sample, pixel 0
+                end = nsamp + BR
+                m.d.sync += [c_sample[q].eq(nsamp), c_gend[q].eq(Mux(end < b, end, b)), c_pix[q].eq(0),
+                             c_oy[q].eq(0), c_ox[q].eq(0), c_iy[q].eq(-f["ph"]), c_ix[q].eq(-f["pw"]),
+                             c_off[q].eq(f["origin"]), c_sbase[q].eq(nsrc),
+                             nsamp.eq(end), nsrc.eq(nsrc + br_src), q.eq(q + 1)]
+                with m.If(q + 1 == gp):
+                    m.next = "BLOCK"
+            with m.State("BLOCK"):
+                m.d.comb += [blk.t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), blk.gp.eq(gp), blk.col0.eq(col0),
+                             blk.w.eq(w), blk.sb.eq(sb), blk.pass_start.eq(bi == 0),
+                             blk.tile_start.eq((bi == 0) & (grp_next == 0))]
+                with m.If(blk_fifo.w_rdy):
+                    m.d.comb += blk_fifo.w_en.eq(1)
+                    m.d.sync += [t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), p0.eq(0),
+                                 s_ky.eq(0), s_kx.eq(0), s_ci.eq(0), s_off.eq(0),
+                                 wrow.eq(f["weight_base"] + 2 * col0)]
+                    m.next = "STEP"
+            with m.State("STEP"):
+                left = f["P"] - p0
+                m.d.comb += [first_c.eq(p0 == 0), last_c.eq(left <= TPk)]
+                with m.If(ahead_ok & step_fifo.w_rdy):
+                    m.d.comb += step_fifo.w_en.eq(1)
+                    m.d.sync += [nl.eq(Mux(left < TPk, left, TPk)), lane.eq(0),
+                                 first.eq(p0 == 0), last.eq(left <= TPk)]
+                    m.next = "WEIGHTS"
+            def load_group(qv, taps_too: bool) -> None:
+                """Start walking group qv's rows from its block-start cursor (same cycle, no bubble)."""
+                m.d.sync += [w_sample.eq(c_sample[qv]), w_gend.eq(c_gend[qv]), w_pix.eq(c_pix[qv]),
+                             w_oy.eq(c_oy[qv]), w_ox.eq(c_ox[qv]), w_iy.eq(c_iy[qv]), w_ix.eq(c_ix[qv]),
+                             w_off.eq(c_off[qv]), w_sbase.eq(c_sbase[qv]), j.eq(0), q.eq(qv),
+                             rem.eq(nl), lane.eq(0)]
+                if taps_too:
+                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_ci.eq(s_ci), t_off.eq(s_off)]
+
+            with m.State("WEIGHTS"):      # per weight row, one read per group q (wq, wq_off = q*cw)
+                m.d.comb += [self.rd_cmd.valid.eq(1), cmd.addr.eq(wrow - 2 * wq_off),
+                             cmd.nwords.eq(wq_off + w), tag.kind.eq(KIND_WEIGHT), tag.lane.eq(lane),
+                             tag.q.eq(wq)]
+                with m.If(accepted):
+                    m.d.sync += [wq.eq(wq + 1), wq_off.eq(wq_off + cw)]
+                    with m.If(wq + 1 == gp):
+                        m.d.sync += [wq.eq(0), wq_off.eq(0), wrow.eq(wrow + 2 * f["cout"]), lane.eq(lane + 1)]
+                        with m.If(lane + 1 == nl):
+                            with m.If(first):
+                                m.next = "BIAS"
+                            with m.Else():
+                                load_group(0, True)
+                                m.next = "INPUT"
+            with m.State("BIAS"):
+                # int32 bias of the tile's w columns for group q (bq, bq_off = q*cw), in chunks of
+                # nmax/2 logical columns from bcol (a multiple of nmax/2, starting at the chunk
+                # holding column q*cw), each read q*cw int32 before the column it lands in
+                left_words = 2 * (bq_off + w - bcol)
+                m.d.comb += [self.rd_cmd.valid.eq(1),
+                             cmd.addr.eq(f["bias_base"] + 4 * col0 + 4 * bcol - 4 * bq_off),
+                             cmd.nwords.eq(Mux(left_words < nmax, left_words, nmax)),
+                             tag.kind.eq(KIND_BIAS), tag.idx.eq(bcol), tag.q.eq(bq)]
+                with m.If(accepted):
+                    m.d.sync += bcol.eq(bcol + nmax // 2)
+                    with m.If(left_words <= nmax):          # group q's last chunk
+                        nxt_off = bq_off + cw
+                        # the next group starts in this chunk unless its first column is the next one's
+                        m.d.sync += [bq.eq(bq + 1), bq_off.eq(nxt_off),
+                                     bcol.eq(Mux(nxt_off < bcol + nmax // 2, bcol, bcol + nmax // 2))]
+                        with m.If(bq + 1 == gp):
+                            m.d.sync += [bq.eq(0), bq_off.eq(0), bcol.eq(0)]
+                            load_group(0, True)
+                            m.next = "INPUT"
+            with m.State("INPUT"):
+                row_last = run == rem
+                m.d.comb += [self.rd_cmd.valid.eq(1),
+                             cmd.addr.eq(w_sbase + w_off + t_off),
+                             cmd.nwords.eq(run), cmd.zero.eq(~(inside & row_ok)),
+                             tag.kind.eq(KIND_INPUT), tag.q.eq(q), tag.idx.eq(j), tag.lane.eq(lane),
+                             tag.row_last.eq(row_last),
+                             tag.step_last.eq(row_last & (j + 1 == t) & (q + 1 == gp))]
+                with m.If(accepted):
+                    with m.If(row_last):
+                        # every row walks the same taps: the state after a row is the next step's start
+                        m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_ci.eq(s_ci), t_off.eq(s_off),
+                                     rem.eq(nl), lane.eq(0), j.eq(j + 1)]
+                        for k in nc_sig:
+                            m.d.sync += {"sample": w_sample, "pix": w_pix, "oy": w_oy, "ox": w_ox, "iy": w_iy,
+                                         "ix": w_ix, "off": w_off, "sbase": w_sbase}[k].eq(nc_sig[k])
+                        with m.If(j + 1 == t):
+                            with m.If(last):  # the block's cursor moves on for the next block
+                                m.d.sync += [c_sample[q].eq(nc_sig["sample"]), c_pix[q].eq(nc_sig["pix"]),
+                                             c_oy[q].eq(nc_sig["oy"]), c_ox[q].eq(nc_sig["ox"]),
+                                             c_iy[q].eq(nc_sig["iy"]), c_ix[q].eq(nc_sig["ix"]),
+                                             c_off[q].eq(nc_sig["off"]), c_sbase[q].eq(nc_sig["sbase"])]
+                            with m.If(q + 1 != gp):
+                                load_group(q + 1, False)     # same taps, the next group's rows
+                            with m.Else():
+                                # the step's reads are all issued: on to the next step, block or pass
+                                m.d.sync += [p0.eq(p0 + TPk),
+                                             s_ky.eq(nt_ky), s_kx.eq(nt_kx), s_ci.eq(nt_ci), s_off.eq(nt_off)]
+                                with m.If(last):
+                                    m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
+                                    with m.If(bi + 1 == n_sel):
+                                        m.d.sync += [grp_next.eq(grp_next + gp), q.eq(0)]
+                                        with m.If(grp_next + gp == BP):
+                                            m.d.sync += col0.eq(col0 + nPE)
+                                            with m.If(col0 + nPE >= f["cout"]):
+                                                m.next = "IDLE"
+                                            with m.Else():
+                                                m.next = "TILE"
+                                        with m.Else():
+                                            m.next = "PASS"
+                                    with m.Else():
+                                        m.next = "BLOCK"
+                                with m.Else():
+                                    # the next step of the block: start it at once when the fetcher
+                                    # may run ahead, so its first weight read follows this read directly
+                                    nleft = f["P"] - (p0 + TPk)
+                                    with m.If(ahead_ok & step_fifo.w_rdy):
+                                        m.d.comb += [step_fifo.w_en.eq(1), first_c.eq(0), last_c.eq(nleft <= TPk)]
+                                        m.d.sync += [nl.eq(Mux(nleft < TPk, nleft, TPk)), lane.eq(0),
+                                                     first.eq(0), last.eq(nleft <= TPk)]
+                                        m.next = "WEIGHTS"
+                                    with m.Else():
+                                        m.next = "STEP"
+                    with m.Else():
+                        m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_ci.eq(nt_ci), t_off.eq(nt_off),
+                                     rem.eq(rem - run), lane.eq(lane + run)]
+        return m

@@ -1,0 +1,138 @@
+"""The control unit's im2col fetcher (hw/seq_fetcher.py) on its own, in Amaranth's simulator.
+
+Given a known plan (sim_tb/seq_bench.py), the fetcher's read commands must be
+exactly those a direct im2col walk of the layer gives (weights per step, the
+bias on a block's first step, input runs per kernel tap with padding as zero
+fills), whatever backpressure its three output streams see; its steps and
+blocks must describe the plan; and it must not run more than two steps ahead
+of a loader that takes none.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from fluidnpu.hw.descriptor import LayerDescriptor
+from fluidnpu.hw.regmap import KCode
+from fluidnpu.hw.seq_fetcher import SeqFetcher
+from fluidnpu.hw.seq_streams import KIND_BIAS, KIND_INPUT, KIND_WEIGHT
+from fluidnpu.sim_tb.seq_bench import block_rows, plan_values
+
+TR, TP, TC, NB, BMAX, NMAX = 8, 4, 4, 2, 2, 16
+
+LAYERS = [
+    # 3x3 conv, padding 1: zero-filled taps, runs that end at a tap, 2 column tiles, 2 blocks a tile
+    LayerDescriptor(layer=0, in_h=4, in_w=4, cin=3, out_h=4, out_w=4, cout=6, kh=3, kw=3, ph=1, pw=1,
+                    src_base=0x1000, src_sample_stride=96, dst_base=0x2000, weight_base=0x3000, bias_base=0x4000),
+    # strided 2x2 conv, runs of 5 channels across 4-lane steps
+    LayerDescriptor(layer=0, in_h=5, in_w=5, cin=5, out_h=2, out_w=2, cout=3, kh=2, kw=2, sh=2, sw=2,
+                    src_base=0x1100, src_sample_stride=250, dst_base=0x2000, weight_base=0x3000, bias_base=0x4040),
+]
+
+
+def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple], list[tuple]]:
+    """(reads, steps, blocks) of one sample, one group per pass, by a direct walk of the layer."""
+    C, P, TPk, nPE = desc.cout, desc.P, plan["TPk"], plan["nPE"]
+    reads, steps, blocks, sb = [], [], [], 0
+    for col0 in range(0, C, nPE):
+        w = min(nPE, C - col0)
+        r0 = 0
+        for bi, t in enumerate(block_rows(plan, "full" if plan["BP"] > plan["g"] else "last")):
+            blocks.append((t, 1, col0, w, sb, int(bi == 0), int(bi == 0)))
+            for p0 in range(0, P, TPk):
+                nl = min(TPk, P - p0)
+                steps.append((t, int(p0 == 0), int(p0 + TPk >= P), sb))
+                reads += [(KIND_WEIGHT, desc.weight_base + 2 * ((p0 + ln) * C + col0), w, 0, ln, 0)
+                          for ln in range(nl)]
+                if p0 == 0:
+                    reads += [(KIND_BIAS, desc.bias_base + 4 * (col0 + c), min(2 * (w - c), NMAX), 0, 0, c)
+                              for c in range(0, w, NMAX // 2)]
+                for j in range(t):
+                    oy, ox = divmod(r0 + j, desc.out_w)
+                    p, lane = p0, 0
+                    while p < p0 + nl:
+                        ky, kx, ci = p // (desc.kw * desc.cin), p // desc.cin % desc.kw, p % desc.cin
+                        run = min(desc.cin - ci, p0 + nl - p)
+                        iy, ix = oy * desc.sh - desc.ph + ky, ox * desc.sw - desc.pw + kx
+                        zero = not (0 <= iy < desc.in_h and 0 <= ix < desc.in_w)
+                        addr = None if zero else desc.src_base + 2 * ((iy * desc.in_w + ix) * desc.cin + ci)
+                        last = p + run == p0 + nl
+                        reads.append((KIND_INPUT, addr, run, int(zero), lane, j, int(last),
+                                      int(last and j + 1 == t)))
+                        p, lane = p + run, lane + run
+            r0 += t
+            sb ^= 1
+    return reads, steps, blocks
+
+
+def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_ready: float = 1.0,
+        block_ready: float = 1.0, cycles: int = 20000) -> dict:
+    dut = SeqFetcher(TR=TR, TP=TP, TC=TC, NB=NB, bmax=BMAX, nmax=NMAX)
+    plan = plan_values(desc, TR=TR, TP=TP, TC=TC, NB=NB, b=1, BR=1, k=KCode.K1)
+    rng = random.Random(seed)
+    out: dict = {"reads": [], "steps": [], "blocks": [], "plan": plan, "idle_end": 0}
+
+    async def bench(ctx):
+        ctx.set(dut.plan, plan)
+        ctx.set(dut.core_idle, 1)
+        await ctx.tick()
+        ctx.set(dut.go, 1)
+        await ctx.tick()
+        ctx.set(dut.go, 0)
+        quiet = 0
+        for _ in range(cycles):
+            ready = [rng.random() < p for p in (cmd_ready, step_ready, block_ready)]
+            for port, r in zip((dut.rd_cmd, dut.step, dut.block), ready):
+                ctx.set(port.ready, r)
+            _, _, cv, cmd, sv, step, bv, blk, idle = await ctx.tick().sample(
+                dut.rd_cmd.valid, dut.rd_cmd.payload, dut.step.valid, dut.step.payload,
+                dut.block.valid, dut.block.payload, dut.idle)
+            if cv and ready[0]:
+                tag = cmd.tag
+                if tag.kind == KIND_INPUT:
+                    out["reads"].append((KIND_INPUT, None if cmd.zero else cmd.addr, cmd.nwords, cmd.zero,
+                                         tag.lane, tag.idx, tag.row_last, tag.step_last))
+                else:
+                    out["reads"].append((tag.kind, cmd.addr, cmd.nwords, tag.q, tag.lane,
+                                         tag.idx if tag.kind == KIND_BIAS else 0))
+            if sv and ready[1]:
+                out["steps"].append((step.t, step.first, step.last, step.sb))
+            if bv and ready[2]:
+                out["blocks"].append((blk.t, blk.gp, blk.col0, blk.w, blk.sb, blk.pass_start, blk.tile_start))
+            quiet = quiet + 1 if idle else 0
+            if quiet == 5:
+                break
+        out["idle_end"] = quiet
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+@pytest.mark.parametrize("desc", LAYERS)
+def test_reads_are_the_layers_im2col_walk(desc):
+    out = run(desc)
+    reads, steps, blocks = expected(desc, out["plan"])
+    assert out["reads"] == reads
+    assert out["steps"] == steps and out["blocks"] == blocks
+    assert out["idle_end"] == 5
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_backpressure_on_every_stream_changes_no_command(seed):
+    desc = LAYERS[seed - 1]
+    out = run(desc, seed=seed, cmd_ready=0.4, step_ready=0.3, block_ready=0.2)
+    reads, steps, blocks = expected(desc, out["plan"])
+    assert (out["reads"], out["steps"], out["blocks"]) == (reads, steps, blocks)
+    assert out["idle_end"] == 5
+
+
+def test_runs_at_most_two_steps_ahead_of_the_loader():
+    out = run(LAYERS[0], step_ready=0.0, cycles=600)
+    step_ends = [r for r in out["reads"] if r[0] == KIND_INPUT and r[-1]]
+    assert len(step_ends) == 2 and out["steps"] == [] and out["idle_end"] == 0
