@@ -415,6 +415,99 @@ def test_device_fault_answers_with_error_and_serving_resumes(data):
         assert c["errors"] == 3 and c["answered"] == 3 and c["inflight"] == 0
 
 
+# ---------------------------------------------------------------- admission and the hand-off (in process)
+def _engine(data, **kw):
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.serving.server import build_engine
+
+    qnet, xte, _ = data
+    bundle = D.default_design(4)
+    drv = NpuDriver(ModelDevice(bundle), bundle)
+    cfg = {"qnet": qnet, "bundle": bundle, "bmax": 4, "tau": 0.8, "model": MODEL, "device": "model",
+           "policy": "fluidb", "slo_s": 5.0, "max_queue": 64, "pace": None, "probe": xte[:1], "timeout_s": 2.0,
+           "calib_sizes": [1, 4], "calib_reps": 1} | kw
+    return build_engine(drv, cfg)[0], drv
+
+
+def test_admission_rejects_what_cannot_meet_its_deadline(data):
+    """A request whose predicted completion (queue ahead at the measured service time, plus the measured
+    residual) is past its deadline is refused at admission with reason `deadline`, nothing of it queued;
+    a request larger than the room left is refused whole (`queue_full`); with nothing in flight a request
+    is admitted whatever its deadline (it is the fastest it can be)."""
+    from fluidnpu.serving.engine import Rejected
+
+    xte = data[1]
+    engine, drv = _engine(data, max_queue=8)
+    with drv:
+        raw, est = engine.predicted_s(1)
+        assert est == raw > 0
+        first = engine.submit(xte[0], deadline_s=1e-6)           # idle: admitted, answered (late)
+        engine.start()
+        try:
+            assert first.result(30).error is None
+            held = threading.Event()
+            real_run = engine.backend.run
+
+            def slow_run(*a):
+                held.wait(30)                                   # the device is busy: samples stay in flight
+                return real_run(*a)
+            engine.backend.run = slow_run
+            futs = [engine.submit(x) for x in xte[1:5]]
+            assert engine.inflight == 4
+            raw, est = engine.predicted_s(1)
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=est * 0.5)
+            assert exc.value.reason == "deadline" and "predicted" in str(exc.value)
+            engine.calib_residual_s = 10.0                      # measured: the server adds 10 s over the queue
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=5.0)
+            assert exc.value.reason == "deadline"
+            engine.calib_residual_s = 0.0
+            with pytest.raises(Rejected) as exc:                # 4 in flight + 5 > 8: none of the 5 admitted
+                engine.submit_request(xte[5:10], None, lambda t: None)
+            assert exc.value.reason == "queue_full" and engine.inflight == 4
+            ok = engine.submit(xte[5], deadline_s=5.0)
+            held.set()
+            assert all(f.result(30).error is None for f in futs + [ok])
+        finally:
+            held.set()
+            assert engine.drain(30)
+        c = engine.check_counters()
+        assert c["rejected_deadline"] == 2 and c["rejected_queue_full"] == 5
+        assert c["admitted"] == c["answered"] == 6 and c["inflight"] == 0
+
+
+def test_answers_reach_the_loop_in_one_hand_off_per_run(data):
+    """Requests answered by one device run reach their asyncio loop in one call_soon_threadsafe, and the
+    transports' measured time calibrates admission (the residual over the queue estimate)."""
+    xte = data[1]
+    engine, drv = _engine(data)
+    calls = []
+
+    class Loop:                                                  # stands in for the transports' loop
+        def call_soon_threadsafe(self, fn, *args):
+            calls.append(len(args[0]))
+            fn(*args)
+
+    got = []
+    with drv:
+        tickets = [engine.submit_request(xte[k:k + 1], None, got.append, Loop()) for k in range(40)]
+        cancelled = engine.submit_request(xte[40:42], None, got.append, Loop())
+        cancelled.cancel()
+        engine.start()
+        assert engine.drain(30)
+    assert sorted(map(id, got)) == sorted(map(id, tickets))     # each once, the cancelled one dropped
+    assert len(calls) <= engine.report.runs and sum(calls) == 40 and max(calls) > 1
+    assert engine.check_counters()["dropped"] == 2
+    for t in tickets:                                            # each took 20 ms more than admission predicted
+        engine.note_response(t, t.predicted_s + 0.02)
+    assert engine.calib_residual_s == pytest.approx(0.02)
+    raw, est = engine.predicted_s(1)
+    assert est == pytest.approx(raw + 0.02)
+
+
 # ---------------------------------------------------------------- the RTL simulation behind the server
 def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
     """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
