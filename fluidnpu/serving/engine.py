@@ -280,7 +280,7 @@ class ServingEngine:
             # measurement keeps the calibration current when a burst made the estimate pessimistic)
             if self.inflight and est > deadline:
                 self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: {self.inflight} "
-                                         f"samples ahead, predicted {est * 1e3:.2f} ms", n)
+                                         f"samples ahead, predicted {est * 1e3:.2f} ms")
             states = self.runtime.new_samples(xs)      # FluidError on a bad input: nothing admitted
             t = Ticket(n, notify, loop, deadline, raw, [None] * n, n)
             base = self.counters["admitted"]
@@ -307,10 +307,11 @@ class ServingEngine:
         self.submit_request(np.asarray(x)[None], deadline_s, notify)
         return fut
 
-    def _reject(self, reason: str, message: str, n: int = 1) -> None:
-        self.counters[f"rejected_{reason}"] += n
+    def _reject(self, reason: str, message: str) -> None:
+        """Count one refused request (admitted and answered count samples) and raise."""
+        self.counters[f"rejected_{reason}"] += 1
         if self.metrics:
-            self.metrics.rejected.labels(reason).inc(n)
+            self.metrics.rejected.labels(reason).inc()
         raise Rejected(reason, message)
 
     def note_response(self, ticket: Ticket, server_s: float) -> None:
