@@ -433,10 +433,11 @@ def _engine(data, **kw):
 
 def test_admission_rejects_what_cannot_meet_its_deadline(data):
     """A request whose predicted completion (queue ahead at the measured service time, plus the measured
-    residual) is past its deadline is refused at admission with reason `deadline`, nothing of it queued;
-    a request larger than the room left is refused whole (`queue_full`); with nothing in flight a request
-    is admitted whatever its deadline (it is the fastest it can be)."""
-    from fluidnpu.serving.engine import Rejected
+    residual) is past its deadline, or beyond the in-flight limit that admitted requests' missed deadlines
+    set, is refused at admission with reason `deadline`, nothing of it queued; a request larger than the
+    room left is refused whole (`queue_full`); with nothing in flight a request is admitted whatever its
+    deadline (it is the fastest it can be)."""
+    from fluidnpu.serving.engine import Rejected, Ticket
 
     xte = data[1]
     engine, drv = _engine(data, max_queue=8)
@@ -468,6 +469,17 @@ def test_admission_rejects_what_cannot_meet_its_deadline(data):
             with pytest.raises(Rejected) as exc:                # 4 in flight + 5 > 8: none of the 5 admitted
                 engine.submit_request(xte[5:10], None, lambda t: None)
             assert exc.value.reason == "queue_full" and engine.inflight == 4
+            # admitted requests that missed their deadline lower the in-flight limit: 4 misses, limit 8 -> 4
+            late = Ticket(1, lambda t: None, deadline_s=5.0)
+            for _ in range(4):
+                engine.note_response(late, 6.0)
+            assert engine.limit == 4.0
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=5.0)
+            assert exc.value.reason == "deadline" and "missed" in str(exc.value)
+            for _ in range(99):                                 # met deadlines raise it again, slowly
+                engine.note_response(late, 0.001)
+            assert engine.limit == pytest.approx(5.0)
             ok = engine.submit(xte[5], deadline_s=5.0)
             held.set()
             assert all(f.result(30).error is None for f in futs + [ok])
@@ -475,7 +487,7 @@ def test_admission_rejects_what_cannot_meet_its_deadline(data):
             held.set()
             assert engine.drain(30)
         c = engine.check_counters()
-        assert c["rejected_deadline"] == 2 and c["rejected_queue_full"] == 1     # requests refused
+        assert c["rejected_deadline"] == 3 and c["rejected_queue_full"] == 1     # requests refused
         assert c["admitted"] == c["answered"] == 6 and c["inflight"] == 0
 
 

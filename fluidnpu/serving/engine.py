@@ -167,9 +167,13 @@ class _ServingBackend(DeviceBackend):
 class ServingEngine:
     """One device and one scheduler behind `submit_request` (see the module docstring)."""
 
-    # admission calibrates its estimate on the last CALIB_WINDOW answered requests, at this quantile
+    # admission calibrates its estimate on the last CALIB_WINDOW answered requests, at their median: the
+    # transports' typical share; the tail is the in-flight limit's business
     CALIB_WINDOW = 512
-    CALIB_QUANTILE = 99.0
+    CALIB_QUANTILE = 50.0
+    # the in-flight limit: -1 sample per admitted request that missed its deadline, +MISS_TARGET/(1 -
+    # MISS_TARGET) per one that met it, so it settles where about MISS_TARGET of admitted requests miss
+    MISS_TARGET = 0.01
 
     def __init__(self, runtime: Any, table: Any, policy: Any, *, slo_s: float, max_queue: int,
                  pace_hz: Optional[float] = None, metrics: Any = None) -> None:
@@ -202,6 +206,7 @@ class ServingEngine:
         # calibration: the server's measured time per request over admission's queue estimate
         self._residuals: list[float] = []
         self.calib_residual_s = 0.0
+        self.limit = float(self.max_queue)
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> "ServingEngine":
@@ -281,6 +286,9 @@ class ServingEngine:
             if self.inflight and est > deadline:
                 self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: {self.inflight} "
                                          f"samples ahead, predicted {est * 1e3:.2f} ms")
+            if self.inflight and self.inflight + n > self.limit:
+                self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms at risk: {self.inflight} samples "
+                                         f"ahead, and beyond {int(self.limit)} admitted requests missed theirs")
             states = self.runtime.new_samples(xs)      # FluidError on a bad input: nothing admitted
             t = Ticket(n, notify, loop, deadline, raw, [None] * n, n)
             base = self.counters["admitted"]
@@ -316,8 +324,13 @@ class ServingEngine:
 
     def note_response(self, ticket: Ticket, server_s: float) -> None:
         """The transports sent `ticket`'s response `server_s` after receiving the request: the residual
-        over admission's queue estimate calibrates the next admissions (`predicted_s`)."""
+        over admission's queue estimate calibrates the next admissions (`predicted_s`), and a missed or
+        met deadline moves the in-flight limit (`limit`)."""
         with self._lock:
+            if server_s > ticket.deadline_s:
+                self.limit = max(1.0, self.limit - 1.0)
+            else:
+                self.limit = min(float(self.max_queue), self.limit + self.MISS_TARGET / (1 - self.MISS_TARGET))
             self._residuals.append(server_s - ticket.predicted_s)
             if len(self._residuals) % 32 == 0:
                 self._residuals = self._residuals[-self.CALIB_WINDOW:]
