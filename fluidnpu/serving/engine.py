@@ -417,6 +417,14 @@ class ServingEngine:
             return c | {"inflight": self.inflight}
 
 
+def resolves(fut: Any) -> Callable[[Ticket], None]:
+    """A ticket's `notify` that resolves the asyncio future `fut` (of the ticket's loop) with the ticket."""
+    def notify(t: Ticket) -> None:
+        if not fut.done():
+            fut.set_result(t)
+    return notify
+
+
 def _notify_all(tickets: list[Ticket]) -> None:
     for t in tickets:
         if not t.cancelled:

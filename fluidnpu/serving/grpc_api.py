@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
 from fluidnpu.errors import FluidError
-from fluidnpu.serving.engine import Rejected, Ticket
+from fluidnpu.serving.engine import Rejected, Ticket, resolves
 from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
                                        timing_params)
 
@@ -147,7 +147,7 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
         t_recv = time.monotonic()
         done: asyncio.Future = self.loop.create_future()
         try:
-            ticket = self._admit(request, lambda t: done.done() or done.set_result(t))
+            ticket = self._admit(request, resolves(done))
             try:
                 await done
             except asyncio.CancelledError:          # the client went away: drop its results

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fluidnpu.errors import FluidError
-from fluidnpu.serving.engine import Rejected
+from fluidnpu.serving.engine import Rejected, resolves
 from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
                                        timing_params)
 
@@ -90,7 +90,7 @@ def build_app(server: Any) -> Starlette:
             return _rejected(exc)
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         try:
-            ticket = engine.submit_request(x, deadline, lambda t: done.done() or done.set_result(t),
+            ticket = engine.submit_request(x, deadline, resolves(done),
                                            asyncio.get_running_loop())
         except Rejected as exc:
             return _rejected(exc)
