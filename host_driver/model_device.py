@@ -253,10 +253,13 @@ class ModelDevice(Device):
 
     def _layer(self, f: dict, b: int) -> None:
         """One layer, bit-exact: im2col by the descriptor's byte strides, hw/reference arithmetic."""
-        gather, vmask, cols_shape, dst, woff, boff = self._layer_plan(f, b)
+        gather, taps, n_taps, dst, woff, boff = self._layer_plan(f, b)
         mem16 = np.frombuffer(self.memory, dtype="<i2", count=len(self.memory) // 2)
-        cols = np.zeros(cols_shape, dtype=np.int64)
-        cols[:, vmask] = mem16[gather]
+        if taps is None:                                 # every tap inside the image
+            cols = mem16[gather].astype(np.int64)
+        else:                                            # padding taps read as zero
+            cols = np.zeros((b, n_taps), dtype=np.int64)
+            cols[:, taps] = mem16[gather]
         C = f["cout"]
         cols = cols.reshape(b * f["npix"], f["P"])
         W = np.frombuffer(self.memory, dtype="<i2", count=f["P"] * C, offset=woff).reshape(f["P"], C)
@@ -265,7 +268,7 @@ class ModelDevice(Device):
 
     def _layer_plan(self, f: dict, b: int) -> tuple:
         """The layer's memory walk for a descriptor at Bactive `b`: the int16 indices its im2col reads
-        (by the descriptor's byte strides), the valid-tap mask, where its outputs go, its weight and bias
+        (by the descriptor's byte strides), the valid taps (None: all) of its taps, where its outputs go, its weight and bias
         offsets; every address checked against the device memory (AXI_READ / AXI_WRITE). Cached per
         descriptor and `b`: a serving run walks the same few layers over and over, and building the walk
         costs more than the arithmetic at these sizes."""
@@ -288,7 +291,7 @@ class ModelDevice(Device):
                  & ((ix >= 0) & (ix < f["in_w"]))[None, :, None, :])                        # (oh, ow, kh, kw)
         rel = pix[:, :, None, None] + tap[None, None]                                       # (oh, ow, kh, kw)
         rel = rel[..., None] + np.arange(cin) * 2                                           # (..., cin)
-        vmask = np.broadcast_to(valid[..., None], rel.shape).copy()
+        vmask = np.broadcast_to(valid[..., None], rel.shape)
         samples = f["src_base"] + np.arange(b, dtype=np.int64) * f["src_sample_stride"]
         addrs = samples[:, None] + rel[vmask][None, :]                                      # (b, nvalid)
         if addrs.size:
@@ -300,7 +303,8 @@ class ModelDevice(Device):
                + np.arange(oh * ow)[None, :, None] * f["dst_pix_step"] + np.arange(C)[None, None, :] * 2)
         self._span(int(dst.min()), 2, ErrorCode.AXI_WRITE)
         self._span(int(dst.max()), 2, ErrorCode.AXI_WRITE)
-        plan = ((addrs - self.mem_base) >> 1, vmask, (b,) + rel.shape, (dst - self.mem_base) >> 1, woff, boff)
+        taps = None if vmask.all() else np.flatnonzero(vmask)
+        plan = ((addrs - self.mem_base) >> 1, taps, vmask.size, (dst - self.mem_base) >> 1, woff, boff)
         if len(self._walk_cache) >= 256:
             self._walk_cache.clear()
         self._walk_cache[key] = plan
