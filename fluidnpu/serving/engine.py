@@ -124,7 +124,6 @@ class Ticket:
     results: list[Optional[SampleResult]] = field(default_factory=list)
     left: int = 0
     cancelled: bool = False
-    seq: int = 0                      # admission order
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -172,11 +171,10 @@ class ServingEngine:
     # transports' typical share; the tail is the in-flight limit's business
     CALIB_WINDOW = 512
     CALIB_QUANTILE = 50.0
-    # the in-flight limit (AIMD, as TCP's window): x LIMIT_CUT when a request admitted since the last cut
-    # missed its deadline (one stall makes everything then in flight late: one cut, not one per request),
-    # +MISS_TARGET/(1 - MISS_TARGET) per request that met it
-    LIMIT_CUT = 0.8
-    MISS_TARGET = 0.01
+    # the in-flight limit: -1 per admitted request that missed its deadline, +MISS_TARGET/(1 - MISS_TARGET)
+    # per one that met it, so it settles where MISS_TARGET of admitted requests miss: half the 1 % a p99
+    # within the deadline allows, for a margin
+    MISS_TARGET = 0.005
 
     def __init__(self, runtime: Any, table: Any, policy: Any, *, slo_s: float, max_queue: int,
                  pace_hz: Optional[float] = None, metrics: Any = None) -> None:
@@ -210,8 +208,6 @@ class ServingEngine:
         self._residuals: list[float] = []
         self.calib_residual_s = 0.0
         self.limit = float(self.max_queue)
-        self._requests = 0                              # requests admitted so far (a Ticket's seq)
-        self._cut_at = 0                                # the first seq admitted after the limit's last cut
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> "ServingEngine":
@@ -295,8 +291,7 @@ class ServingEngine:
                 self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms at risk: {self.inflight} samples "
                                          f"ahead, and beyond {int(self.limit)} admitted requests missed theirs")
             states = self.runtime.new_samples(xs)      # FluidError on a bad input: nothing admitted
-            t = Ticket(n, notify, loop, deadline, raw, [None] * n, n, seq=self._requests)
-            self._requests += 1
+            t = Ticket(n, notify, loop, deadline, raw, [None] * n, n)
             base = self.counters["admitted"]
             ps = [_Pending(index=base + i, state=st, ticket=t, slot=i) for i, st in enumerate(states)]
             self.inflight += n
@@ -334,9 +329,7 @@ class ServingEngine:
         met deadline moves the in-flight limit (`limit`)."""
         with self._lock:
             if server_s > ticket.deadline_s:
-                if ticket.seq >= self._cut_at:
-                    self.limit = max(1.0, self.limit * self.LIMIT_CUT)
-                    self._cut_at = self._requests
+                self.limit = max(1.0, self.limit - 1.0)
             else:
                 self.limit = min(float(self.max_queue), self.limit + self.MISS_TARGET / (1 - self.MISS_TARGET))
             self._residuals.append(server_s - ticket.predicted_s)
