@@ -12,8 +12,9 @@ the network, or with a device error) or none, raising `Rejected` with a
 reason: `queue_full` (the bounded admission queue, `--max-queue`),
 `deadline` (the predicted completion, from the measured service time, the
 samples ahead and the transports' measured overhead, is past the request's
-deadline), `draining` (SIGTERM). Every sample ends answered or rejected;
-`counters` add up (`check_counters`).
+deadline; or the samples in flight are at the limit that admitted requests'
+missed deadlines lower and met ones raise), `draining` (SIGTERM). Every sample
+ends answered or rejected; `counters` add up (`check_counters`).
 
 Answers go back to the transports' asyncio loop in one hand-off per device
 run (one `call_soon_threadsafe` for every request a run completed), not one
@@ -289,7 +290,8 @@ class ServingEngine:
                                          f"samples ahead, predicted {est * 1e3:.2f} ms")
             if self.inflight and self.inflight + n > self.limit:
                 self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms at risk: {self.inflight} samples "
-                                         f"ahead, and beyond {int(self.limit)} admitted requests missed theirs")
+                                         f"ahead, at the in-flight limit ({self.limit:.1f}) that admitted "
+                                         f"requests' missed deadlines set")
             states = self.runtime.new_samples(xs)      # FluidError on a bad input: nothing admitted
             t = Ticket(n, notify, loop, deadline, raw, [None] * n, n)
             base = self.counters["admitted"]
