@@ -88,10 +88,10 @@ def build_app(server: Any) -> Starlette:
             return _error(400, str(exc))
         except Rejected as exc:
             return _rejected(exc)
-        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
         try:
-            ticket = engine.submit_request(x, deadline, resolves(done),
-                                           asyncio.get_running_loop())
+            ticket = engine.submit_request(x, deadline, resolves(done), loop)
         except Rejected as exc:
             return _rejected(exc)
         except FluidError as exc:
