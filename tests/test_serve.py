@@ -415,8 +415,113 @@ def test_device_fault_answers_with_error_and_serving_resumes(data):
         assert c["errors"] == 3 and c["answered"] == 3 and c["inflight"] == 0
 
 
+# ---------------------------------------------------------------- admission and the hand-off (in process)
+def _engine(data, **kw):
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.serving.server import build_engine
+
+    qnet, xte, _ = data
+    bundle = D.default_design(4)
+    drv = NpuDriver(ModelDevice(bundle), bundle)
+    cfg = {"qnet": qnet, "bundle": bundle, "bmax": 4, "tau": 0.8, "model": MODEL, "device": "model",
+           "policy": "fluidb", "slo_s": 5.0, "max_queue": 64, "pace": None, "probe": xte[:1], "timeout_s": 2.0,
+           "calib_sizes": [1, 4], "calib_reps": 1} | kw
+    return build_engine(drv, cfg)[0], drv
+
+
+def test_admission_rejects_what_cannot_meet_its_deadline(data):
+    """A request whose predicted completion (queue ahead at the measured service time, plus the measured
+    residual) is past its deadline, or beyond the in-flight limit that admitted requests' missed deadlines
+    set, is refused at admission with reason `deadline`, nothing of it queued; a request larger than the
+    room left is refused whole (`queue_full`); with nothing in flight a request is admitted whatever its
+    deadline (it is the fastest it can be)."""
+    from fluidnpu.serving.engine import Rejected, Ticket
+
+    xte = data[1]
+    engine, drv = _engine(data, max_queue=8)
+    with drv:
+        raw, est = engine.predicted_s(1)
+        assert est == raw > 0
+        first = engine.submit(xte[0], deadline_s=1e-6)           # idle: admitted, answered (late)
+        engine.start()
+        try:
+            assert first.result(30).error is None
+            held = threading.Event()
+            real_run = engine.backend.run
+
+            def slow_run(*a):
+                held.wait(30)                                   # the device is busy: samples stay in flight
+                return real_run(*a)
+            engine.backend.run = slow_run
+            futs = [engine.submit(x) for x in xte[1:5]]
+            assert engine.inflight == 4
+            raw, est = engine.predicted_s(1)
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=est * 0.5)
+            assert exc.value.reason == "deadline" and "predicted" in str(exc.value)
+            engine.calib_residual_s = 10.0                      # measured: the server adds 10 s over the queue
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=5.0)
+            assert exc.value.reason == "deadline"
+            engine.calib_residual_s = 0.0
+            with pytest.raises(Rejected) as exc:                # 4 in flight + 5 > 8: none of the 5 admitted
+                engine.submit_request(xte[5:10], None, lambda t: None)
+            assert exc.value.reason == "queue_full" and engine.inflight == 4
+            # each admitted request that missed its deadline lowers the in-flight limit by one: 8 -> 4
+            late = Ticket(1, lambda t: None, deadline_s=5.0)
+            for _ in range(4):
+                engine.note_response(late, 6.0)
+            assert engine.limit == 4.0
+            with pytest.raises(Rejected) as exc:
+                engine.submit(xte[5], deadline_s=5.0)
+            assert exc.value.reason == "deadline" and "missed" in str(exc.value)
+            for _ in range(200):                                # met deadlines raise it again, slowly
+                engine.note_response(late, 0.001)
+            assert 5.0 < engine.limit < 5.01
+            ok = engine.submit(xte[5], deadline_s=5.0)
+            held.set()
+            assert all(f.result(30).error is None for f in futs + [ok])
+        finally:
+            held.set()
+            assert engine.drain(30)
+        c = engine.check_counters()
+        assert c["rejected_deadline"] == 3 and c["rejected_queue_full"] == 1     # requests refused
+        assert c["admitted"] == c["answered"] == 6 and c["inflight"] == 0
+
+
+def test_answers_reach_the_loop_in_one_hand_off_per_run(data):
+    """Requests answered by one device run reach their asyncio loop in one call_soon_threadsafe, and the
+    transports' measured time calibrates admission (the residual over the queue estimate)."""
+    xte = data[1]
+    engine, drv = _engine(data)
+    calls = []
+
+    class Loop:                                                  # stands in for the transports' loop
+        def call_soon_threadsafe(self, fn, *args):
+            calls.append(len(args[0]))
+            fn(*args)
+
+    got, loop = [], Loop()
+    with drv:
+        tickets = [engine.submit_request(xte[k:k + 1], None, got.append, loop) for k in range(40)]
+        cancelled = engine.submit_request(xte[40:42], None, got.append, loop)
+        cancelled.cancel()
+        engine.start()
+        assert engine.drain(30)
+    assert sorted(map(id, got)) == sorted(map(id, tickets))     # each once, the cancelled one dropped
+    assert len(calls) <= engine.report.runs and sum(calls) == 40 and max(calls) > 1
+    assert engine.check_counters()["dropped"] == 2
+    for t in tickets:                                            # each took 20 ms more than admission predicted
+        engine.note_response(t, t.predicted_s + 0.02)
+    assert engine.calib_residual_s == pytest.approx(0.02)
+    raw, est = engine.predicted_s(1)
+    assert est == pytest.approx(raw + 0.02)
+
+
 # ---------------------------------------------------------------- the RTL simulation behind the server
-def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
+def test_rtl_server_logits_bit_identical_to_model_device(data, reference, tmp_path):
     """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
     generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""
     pytest.importorskip("cocotb")
@@ -424,14 +529,19 @@ def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
     pred, exits, logits = reference
     pick = np.concatenate([np.flatnonzero(exits == e)[:2] for e in range(exits.max() + 1)])   # every exit
     hport, gport = _free_port(), _free_port()
+    # stderr to a file: a fresh Verilator build writes more than a pipe holds while nobody reads it
+    err_file = open(tmp_path / "stderr", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "rtl", "--http-port",
                              str(hport), "--grpc-port", str(gport), "--slo", "100000", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=err_file, text=True, start_new_session=True)
+
+    def err_tail() -> str:
+        return (tmp_path / "stderr").read_text()[-3000:]
     try:
         client = th.InferenceServerClient(f"127.0.0.1:{hport}", network_timeout=300)
         t_end = time.monotonic() + 600                     # a fresh Verilator build takes minutes on 2 cores
         while True:
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert proc.poll() is None, err_tail()
             try:
                 if client.is_model_ready(MODEL):
                     break
@@ -460,14 +570,15 @@ def test_rtl_server_logits_bit_identical_to_model_device(data, reference):
         for k in pick[:3]:
             np.testing.assert_array_equal(got[str(k)].as_numpy("logits")[0], logits[k])
         proc.send_signal(signal.SIGTERM)                   # the parent relays it into the simulation
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-3000:]
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err_tail()
         rep = json.loads(out[out.index('{\n'):])
         assert rep["counters"]["admitted"] == rep["counters"]["answered"] == len(pick) + 3
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
+        err_file.close()
 
 
 def test_edge_cli_json_report(server):

@@ -6,13 +6,21 @@ loop of `fluidnpu run` (scheduler_fw/serving.py `serve`), which runs in a
 thread on a `WallClock` with the chosen policy (FluidB by default). So
 samples of different edge devices batch together and leave at their exits.
 
-The transports only see `ServingEngine.submit`, which either admits a
-sample (and returns a `concurrent.futures.Future` answered when the sample
-leaves the network, or with a device error) or raises `Rejected` with a
+The transports only see `ServingEngine.submit_request`, which admits all
+samples of one request (a `Ticket`, answered once its last sample has left
+the network, or with a device error) or none, raising `Rejected` with a
 reason: `queue_full` (the bounded admission queue, `--max-queue`),
-`deadline` (the latency table says the request cannot meet its deadline
-behind the samples already admitted), `draining` (SIGTERM). Every sample
+`deadline` (the predicted completion, from the measured service time, the
+samples ahead and the transports' measured overhead, is past the request's
+deadline; or the samples in flight are at the limit that admitted requests'
+missed deadlines lower and met ones raise), `draining` (SIGTERM). Every sample
 ends answered or rejected; `counters` add up (`check_counters`).
+
+Answers go back to the transports' asyncio loop in one hand-off per device
+run (one `call_soon_threadsafe` for every request a run completed), not one
+wake-up of the loop per sample: under load the loop's wake-ups cost more than
+the answers. `submit` is the one-sample, `concurrent.futures` form for
+in-process use.
 
 A client that goes away leaves its samples to run; their results are
 dropped when they come back (`dropped`), nothing else is affected.
@@ -27,7 +35,7 @@ import concurrent.futures as cf
 from dataclasses import dataclass, field
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -70,10 +78,11 @@ class QueueSource(ArrivalSource):
         self._items: list[tuple[float, Any]] = []
         self.closed = False
 
-    def push(self, payload: Any) -> float:
+    def push(self, payloads: list[Any]) -> float:
+        """Arrivals of one request, all at the same time (returned)."""
         with self._cv:
             t = time.monotonic()
-            self._items.append((t, payload))
+            self._items.extend((t, p) for p in payloads)
             self._cv.notify()
         return t
 
@@ -103,10 +112,30 @@ class QueueSource(ArrivalSource):
 
 
 @dataclass(eq=False)
-class _Pending(Request):
-    """A `Request` of the device backend plus the future its client waits on."""
+class Ticket:
+    """One client request: its samples' results, filled in as they leave; `notify(ticket)` runs once the
+    last one has, in `loop` (an asyncio loop: one hand-off per device run) or, without one, in the
+    scheduler thread. `cancel()` when the client went away: the results are dropped."""
 
-    future: cf.Future = field(default_factory=cf.Future)
+    n: int
+    notify: Callable[["Ticket"], None]
+    loop: Any = None
+    deadline_s: float = 0.0
+    predicted_s: float = 0.0          # admission's queue estimate (admission to exit), for its calibration
+    results: list[Optional[SampleResult]] = field(default_factory=list)
+    left: int = 0
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass(eq=False)
+class _Pending(Request):
+    """A `Request` of the device backend: one sample of a `Ticket`."""
+
+    ticket: Optional[Ticket] = None
+    slot: int = 0
     arrival: float = 0.0
 
 
@@ -132,11 +161,21 @@ class _ServingBackend(DeviceBackend):
         now = time.monotonic()
         for smp, ex, _ in res.exited:
             self.engine._answer(smp.payload, ex, now)
+        self.engine._hand_off()
         return res
 
 
 class ServingEngine:
-    """One device and one scheduler behind `submit` (see the module docstring)."""
+    """One device and one scheduler behind `submit_request` (see the module docstring)."""
+
+    # admission calibrates its estimate on the last CALIB_WINDOW answered requests, at their median: the
+    # transports' typical share; the tail is the in-flight limit's business
+    CALIB_WINDOW = 512
+    CALIB_QUANTILE = 50.0
+    # the in-flight limit: -1 per admitted request that missed its deadline, +MISS_TARGET/(1 - MISS_TARGET)
+    # per one that met it, so it settles where MISS_TARGET of admitted requests miss: half the 1 % a p99
+    # within the deadline allows, for a margin
+    MISS_TARGET = 0.005
 
     def __init__(self, runtime: Any, table: Any, policy: Any, *, slo_s: float, max_queue: int,
                  pace_hz: Optional[float] = None, metrics: Any = None) -> None:
@@ -153,6 +192,7 @@ class ServingEngine:
         self.exits: Counter[int] = Counter()
         self.draining = False
         self._waiting: set[_Pending] = set()
+        self._ready: list[Ticket] = []              # completed in the current run, not yet handed off
         self._thread: Optional[threading.Thread] = None
         self.running = False
         self.loop_error: Optional[BaseException] = None
@@ -165,6 +205,10 @@ class ServingEngine:
         self._svc_s = 0.0
         self._busy_since: Optional[float] = None
         self._acc_s, self._acc_n = 0.0, 0
+        # calibration: the server's measured time per request over admission's queue estimate
+        self._residuals: list[float] = []
+        self.calib_residual_s = 0.0
+        self.limit = float(self.max_queue)
 
     # ---- life cycle ---------------------------------------------------------------------------
     def start(self) -> "ServingEngine":
@@ -185,6 +229,7 @@ class ServingEngine:
                 self.draining = True
             for p in list(self._waiting):
                 self._finish(p, None, f"scheduler stopped: {type(exc).__name__}: {exc}", time.monotonic())
+            self._hand_off()
         finally:
             self.running = False
 
@@ -207,34 +252,92 @@ class ServingEngine:
         return self.running and not self.draining
 
     # ---- admission ----------------------------------------------------------------------------
-    def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:
-        """Admit one float sample (H, W, C); `Rejected` if it cannot be; FluidError if it is malformed."""
+    def check_room(self, n: int = 1) -> None:
+        """`Rejected` (draining, queue_full) if `n` samples could not be admitted now: the transports ask
+        before decoding a request, so that a flood is refused at the least cost."""
+        if self.draining or self.inflight + n > self.max_queue:
+            with self._lock:
+                self._refuse(n)
+
+    def _refuse(self, n: int) -> None:
+        if self.draining:
+            self._reject("draining", "the server is shutting down")
+        if self.inflight + n > self.max_queue:
+            self._reject("queue_full", f"admission queue full ({self.inflight} of {self.max_queue} samples "
+                                       f"in flight, {n} more asked)")
+
+    def predicted_s(self, n: int = 1) -> tuple[float, float]:
+        """Admission's estimate for a request of `n` samples: (admission to its last exit from the queue
+        alone: the first exit plus every sample ahead and its own at the measured service time; the
+        whole time in the server: that plus the measured residual, at CALIB_QUANTILE of the last requests,
+        of the server's time over that estimate: the transports' share and the CPU the estimate misses)."""
+        q = self._first_exit_s + (self.inflight + n - 1) * max(self._full_batch_s, self._svc_s)
+        return q, q + self.calib_residual_s
+
+    def submit_request(self, xs: np.ndarray, deadline_s: Optional[float], notify: Callable[[Ticket], None],
+                       loop: Any = None) -> Ticket:
+        """Admit every sample of `xs` (N, H, W, C) or none: `Rejected` with a reason, FluidError if malformed.
+        `notify(ticket)` runs once all have left (in `loop` when given, else in the scheduler thread)."""
         deadline = self.slo_s if deadline_s is None else deadline_s
+        n = len(xs)
         with self._lock:
-            if self.draining:
-                self._reject("draining", "the server is shutting down")
-            if self.inflight >= self.max_queue:
-                self._reject("queue_full", f"admission queue full ({self.max_queue} samples in flight)")
-            wait = self._first_exit_s + self.inflight * max(self._full_batch_s, self._svc_s)
-            if wait > deadline:
-                self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: "
-                                         f"{self.inflight} samples ahead, estimated {wait * 1e3:.2f} ms")
-            state = self.runtime.new_sample(x)          # FluidError on a bad sample: nothing admitted
-            p = _Pending(index=self.counters["admitted"], state=state)
-            self.inflight += 1
-            self.counters["admitted"] += 1
-            self._waiting.add(p)
+            self._refuse(n)
+            raw, est = self.predicted_s(n)
+            # nothing in flight: admitted whatever the estimate says (the fastest it can be; its
+            # measurement keeps the calibration current when a burst made the estimate pessimistic)
+            if self.inflight and est > deadline:
+                self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms cannot be met: {self.inflight} "
+                                         f"samples ahead, predicted {est * 1e3:.2f} ms")
+            if self.inflight and self.inflight + n > self.limit:
+                self._reject("deadline", f"deadline {deadline * 1e3:.2f} ms at risk: {self.inflight} samples "
+                                         f"ahead, at the in-flight limit ({self.limit:.1f}) that admitted "
+                                         f"requests' missed deadlines set")
+            states = self.runtime.new_samples(xs)      # FluidError on a bad input: nothing admitted
+            t = Ticket(n, notify, loop, deadline, raw, [None] * n, n)
+            base = self.counters["admitted"]
+            ps = [_Pending(index=base + i, state=st, ticket=t, slot=i) for i, st in enumerate(states)]
+            self.inflight += n
+            self.counters["admitted"] += n
+            self._waiting.update(ps)
             if self.metrics:
-                self.metrics.admitted.inc()
+                self.metrics.admitted.inc(n)
                 self.metrics.queue_depth.set(self.inflight)
-        p.arrival = self.source.push(p)
-        return p.future
+        arrival = self.source.push(ps)
+        for p in ps:
+            p.arrival = arrival
+        return t
+
+    def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:
+        """One float sample (H, W, C): a future of its SampleResult, answered in the scheduler thread."""
+        fut: cf.Future = cf.Future()
+
+        def notify(t: Ticket) -> None:
+            if fut.set_running_or_notify_cancel():
+                fut.set_result(t.results[0])
+
+        self.submit_request(np.asarray(x)[None], deadline_s, notify)
+        return fut
 
     def _reject(self, reason: str, message: str) -> None:
+        """Count one refused request (admitted and answered count samples) and raise."""
         self.counters[f"rejected_{reason}"] += 1
         if self.metrics:
             self.metrics.rejected.labels(reason).inc()
         raise Rejected(reason, message)
+
+    def note_response(self, ticket: Ticket, server_s: float) -> None:
+        """The transports sent `ticket`'s response `server_s` after receiving the request: the residual
+        over admission's queue estimate calibrates the next admissions (`predicted_s`), and a missed or
+        met deadline moves the in-flight limit (`limit`)."""
+        with self._lock:
+            if server_s > ticket.deadline_s:
+                self.limit = max(1.0, self.limit - 1.0)
+            else:
+                self.limit = min(float(self.max_queue), self.limit + self.MISS_TARGET / (1 - self.MISS_TARGET))
+            self._residuals.append(server_s - ticket.predicted_s)
+            if len(self._residuals) % 32 == 0:
+                self._residuals = self._residuals[-self.CALIB_WINDOW:]
+                self.calib_residual_s = max(0.0, float(np.percentile(self._residuals, self.CALIB_QUANTILE)))
 
     # ---- results (scheduler thread) -----------------------------------------------------------
     def _on_run(self, b: int, res: Any) -> None:
@@ -261,6 +364,9 @@ class ServingEngine:
                                      p.arrival, now, p.error), p.error, now)
 
     def _finish(self, p: _Pending, result: Optional[SampleResult], error: Optional[str], now: float) -> None:
+        if result is None:
+            result = SampleResult(-1, -1, np.zeros(0, np.float32), p.arrival, now, error)
+        t = p.ticket
         with self._lock:
             if p not in self._waiting:
                 return
@@ -268,7 +374,7 @@ class ServingEngine:
             self.inflight -= 1
             p.answered += 1
             self.counters["errors" if error else "answered"] += 1
-            if result is not None and not error:
+            if not error:
                 self.exits[result.exit] += 1
             if self.metrics:
                 self.metrics.queue_depth.set(self.inflight)
@@ -277,13 +383,33 @@ class ServingEngine:
                 else:
                     self.metrics.exits.labels(str(result.exit)).inc()
                     self.metrics.latency.observe(result.latency_s)
-        if result is None:
-            result = SampleResult(-1, -1, np.zeros(0, np.float32), p.arrival, now, error)
-        if not p.future.set_running_or_notify_cancel():    # the client went away
-            with self._lock:
-                self.counters["dropped"] += 1
-            return
-        p.future.set_result(result)
+            if t is None:
+                return
+            t.results[p.slot] = result
+            t.left -= 1
+            if t.left:
+                return
+            if t.cancelled:                                  # the client went away
+                self.counters["dropped"] += t.n
+                return
+            self._ready.append(t)
+
+    def _hand_off(self) -> None:
+        """Notify the requests the last run completed: in the scheduler thread for those without a loop,
+        and one `call_soon_threadsafe` per loop for the rest."""
+        with self._lock:
+            ready, self._ready = self._ready, []
+        by_loop: dict[Any, list[Ticket]] = {}
+        for t in ready:
+            if t.loop is None:
+                t.notify(t)
+            else:
+                by_loop.setdefault(t.loop, []).append(t)
+        for loop, ts in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_notify_all, ts)
+            except RuntimeError:                             # the loop has closed: nobody is waiting
+                pass
 
     def check_counters(self) -> dict[str, int]:
         """The counters, after asserting admitted = answered + errors + in flight."""
@@ -292,3 +418,17 @@ class ServingEngine:
             if c.get("admitted", 0) != c.get("answered", 0) + c.get("errors", 0) + self.inflight:
                 raise RuntimeError(f"serving counters do not add up: {c}, {self.inflight} in flight")
             return c | {"inflight": self.inflight}
+
+
+def resolves(fut: Any) -> Callable[[Ticket], None]:
+    """A ticket's `notify` that resolves the asyncio future `fut` (of the ticket's loop) with the ticket."""
+    def notify(t: Ticket) -> None:
+        if not fut.done():
+            fut.set_result(t)
+    return notify
+
+
+def _notify_all(tickets: list[Ticket]) -> None:
+    for t in tickets:
+        if not t.cancelled:
+            t.notify(t)

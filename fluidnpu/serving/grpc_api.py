@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import grpc
 import numpy as np
@@ -25,7 +25,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
 from fluidnpu.errors import FluidError
-from fluidnpu.serving.engine import Rejected
+from fluidnpu.serving.engine import Rejected, Ticket, resolves
 from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
                                        timing_params)
 
@@ -87,14 +87,15 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                                         inputs=[T(**t) for t in m["inputs"]], outputs=[T(**t) for t in m["outputs"]])
 
     # ---- inference ----------------------------------------------------------------------------
-    async def _infer(self, request: Any) -> Any:
-        """One request's response; raises _Failure with the status code of a refusal."""
-        t_recv = time.monotonic()
+    def _admit(self, request: Any, notify: Callable[[Ticket], None]) -> Ticket:
+        """Check and admit one request (its ticket's `notify` runs in this loop once it is answered);
+        raises _Failure with the status code of a refusal. A full queue is refused before decoding."""
         try:
             self.model.check_name(request.model_name, request.model_version)
             if len(request.inputs) != 1:
                 raise BadRequest("the request needs exactly one input tensor")
             t = request.inputs[0]
+            self.engine.check_room()
             if request.raw_input_contents:
                 if len(request.raw_input_contents) != 1:
                     raise BadRequest("one raw_input_contents entry per input expected")
@@ -104,68 +105,91 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
             x = self.model.check_input(t.name, t.datatype, list(t.shape), data)
             p = request.parameters.get(DEADLINE_PARAM)
             deadline = deadline_s(None if p is None else _param(p), self.engine.slo_s)
-            names = self.model.check_outputs([o.name for o in request.outputs])
+            self.model.check_outputs([o.name for o in request.outputs])
+            return self.engine.submit_request(x, deadline, notify, self.loop)
         except NotFound as exc:
             raise _Failure(grpc.StatusCode.NOT_FOUND, str(exc)) from None
         except BadRequest as exc:
             raise _Failure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-        try:
-            futs = [self.engine.submit(xi, deadline) for xi in x]
         except Rejected as exc:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if exc.reason == "deadline" else grpc.StatusCode.UNAVAILABLE
             raise _Failure(code, f"rejected ({exc.reason}): {exc}") from None
         except FluidError as exc:
             raise _Failure(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-        try:
-            results = await asyncio.gather(*[asyncio.wrap_future(f) for f in futs])
-        except asyncio.CancelledError:
-            for f in futs:
-                f.cancel()
-            raise
-        errors = [r.error for r in results if r.error]
+
+    def _response(self, request: Any, ticket: Ticket, t_recv: float) -> Any:
+        """The answered request's response; _Failure(INTERNAL) when the device failed its samples."""
+        results = ticket.results
+        errors = [r.error for r in results if r is not None and r.error]
         if errors:
             raise _Failure(grpc.StatusCode.INTERNAL, f"device error: {errors[0]}")
         arrays = output_arrays(results, self.model.n_classes)
         resp = pb.ModelInferResponse(model_name=self.model.name, model_version=self.model.version, id=request.id)
-        for k, v in timing_params(results, t_recv, time.monotonic(), deadline).items():
+        t_sent = time.monotonic()
+        for k, v in timing_params(results, t_recv, t_sent, ticket.deadline_s).items():
             if isinstance(v, bool):
                 resp.parameters[k].bool_param = v
             else:
                 resp.parameters[k].double_param = float(v)
-        for name in names:
+        for name in [o.name for o in request.outputs] or list(arrays):
             a = arrays[name]
             resp.outputs.add(name=name, datatype=_DT[a.dtype], shape=list(a.shape))
             resp.raw_output_contents.append(a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes())
+        self.engine.note_response(ticket, t_sent - t_recv)
         return resp
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         await self._auth(context)
+        t_recv = time.monotonic()
+        done: asyncio.Future = self.loop.create_future()
         try:
-            return await self._infer(request)
+            ticket = self._admit(request, resolves(done))
+            try:
+                await done
+            except asyncio.CancelledError:          # the client went away: drop its results
+                ticket.cancel()
+                raise
+            return self._response(request, ticket, t_recv)
         except _Failure as exc:
             await context.abort(exc.code, str(exc))
 
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        """Requests admitted as they are read; each answered (or refused) by a message put on `out` by its
+        ticket's notify, in this loop, as soon as its samples have left: no task per request."""
         await self._auth(context)
         out: asyncio.Queue = asyncio.Queue()
-        pending: set[asyncio.Task] = set()
+        tickets: set[Ticket] = set()
+        reading = [True]
 
-        async def one(req: Any) -> None:
-            try:
-                out.put_nowait(pb.ModelStreamInferResponse(infer_response=await self._infer(req)))
-            except _Failure as exc:
-                out.put_nowait(pb.ModelStreamInferResponse(
-                    error_message=f"{exc.code.name}: {exc}",
-                    infer_response=pb.ModelInferResponse(model_name=req.model_name, id=req.id)))
+        def failed(req: Any, exc: _Failure) -> Any:
+            return pb.ModelStreamInferResponse(error_message=f"{exc.code.name}: {exc}",
+                                               infer_response=pb.ModelInferResponse(model_name=req.model_name,
+                                                                                    id=req.id))
+
+        def answered(req: Any, t_recv: float) -> Callable[[Ticket], None]:
+            def notify(ticket: Ticket) -> None:
+                tickets.discard(ticket)
+                try:
+                    out.put_nowait(pb.ModelStreamInferResponse(infer_response=self._response(req, ticket, t_recv)))
+                except _Failure as exc:
+                    out.put_nowait(failed(req, exc))
+                if not reading[0] and not tickets:
+                    out.put_nowait(None)
+            return notify
 
         async def reader() -> None:
             async for req in request_iterator:
-                task = asyncio.ensure_future(one(req))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            while pending:
-                await asyncio.gather(*list(pending), return_exceptions=True)
-            out.put_nowait(None)
+                try:
+                    tickets.add(self._admit(req, answered(req, time.monotonic())))
+                except _Failure as exc:
+                    out.put_nowait(failed(req, exc))
+            reading[0] = False
+            if not tickets:
+                out.put_nowait(None)
 
         rd = asyncio.ensure_future(reader())
         try:
@@ -177,8 +201,8 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
         finally:                      # the client went away (or the stream ended): drop what is left
             if not rd.done():
                 rd.cancel()
-            for task in list(pending):
-                task.cancel()
+            for ticket in list(tickets):
+                ticket.cancel()
 
 
 async def start_grpc(server: Any, host: str, port: int) -> Any:

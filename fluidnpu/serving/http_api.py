@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from fluidnpu.errors import FluidError
-from fluidnpu.serving.engine import Rejected
+from fluidnpu.serving.engine import Rejected, resolves
 from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
                                        timing_params)
 
@@ -34,6 +34,10 @@ _DT = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
 
 def _error(status: int, msg: str) -> JSONResponse:
     return JSONResponse({"error": msg}, status_code=status)
+
+
+def _rejected(exc: Rejected) -> JSONResponse:
+    return _error(429 if exc.reason == "deadline" else 503, f"rejected ({exc.reason}): {exc}")
 
 
 def build_app(server: Any) -> Starlette:
@@ -74,6 +78,7 @@ def build_app(server: Any) -> Starlette:
         t_recv = time.monotonic()
         try:
             _model(request)
+            engine.check_room()                  # a flood is refused before its body is read
             body = await _read_body(request)
             req, binary = _split(body, request.headers.get(HEADER_LEN))
             x, deadline, want_binary, outs = _decode(model, req, binary, engine.slo_s)
@@ -81,24 +86,29 @@ def build_app(server: Any) -> Starlette:
             return _error(404, str(exc))
         except BadRequest as exc:
             return _error(400, str(exc))
-        try:
-            futs = [engine.submit(xi, deadline) for xi in x]
         except Rejected as exc:
-            return _error(429 if exc.reason == "deadline" else 503, f"rejected ({exc.reason}): {exc}")
+            return _rejected(exc)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        try:
+            ticket = engine.submit_request(x, deadline, resolves(done), loop)
+        except Rejected as exc:
+            return _rejected(exc)
         except FluidError as exc:
             return _error(400, str(exc))
-        waits = [asyncio.wrap_future(f) for f in futs]
         try:
-            results = await asyncio.gather(*waits)
+            await done
         except asyncio.CancelledError:          # the client went away: drop its results
-            for f in futs:
-                f.cancel()
+            ticket.cancel()
             raise
-        errors = [r.error for r in results if r.error]
+        results = ticket.results
+        errors = [r.error for r in results if r is not None and r.error]
         if errors:
             return _error(500, f"device error: {errors[0]}")
         arrays = output_arrays(results, model.n_classes)
-        params = timing_params(results, t_recv, time.monotonic(), deadline)
+        t_sent = time.monotonic()
+        params = timing_params(results, t_recv, t_sent, deadline)
+        engine.note_response(ticket, t_sent - t_recv)
         return _encode(model, req.get("id"), arrays, outs, want_binary, params)
 
     routes = [Route("/v2", server_meta), Route("/v2/health/live", live), Route("/v2/health/ready", ready),
