@@ -20,7 +20,7 @@ from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
 from fluidnpu.hw.divider import SeqDivider
 from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_entry_bits, k_dims,
                                 supported_k_codes)
-from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, desc_chunk_layout, plan_layout,
+from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, register_ports, desc_chunk_layout, plan_layout,
                                      read_cmd_layout, tag_layout)
 
 
@@ -39,10 +39,7 @@ class SeqPlanner(wiring.Component):
         self.stackable = stackable
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
         super().__init__({
-            "start": In(1), "desc_base": In(ADDR), "desc_count": In(16), "bactive": In(bits_for(bmax)),
-            "fbcb_addr": Out(range(max(2, layers * bmax))), "fbcb_data": In(fbcb_entry_bits(bmax)),
-            "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(8),
-            "layer_done": Out(1), "dma_stall": Out(1), "mac_active": In(1),
+            **register_ports(bmax, layers), "mac_active": In(1),
             "rd_error": In(1), "wr_error": In(1),
             "cfg_k": Out(2), "cfg_cw": Out(range(2 * TC + 1)), "cfg_shift": Out(5), "cfg_relu": Out(1),
             "desc_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),

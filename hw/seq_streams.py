@@ -15,11 +15,23 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from fluidnpu.hw.descriptor import DESC_WORDS, LAYOUT
-from fluidnpu.hw.regmap import ROW_BITS
+from fluidnpu.hw.regmap import ROW_BITS, fbcb_entry_bits
 
 KIND_DESC, KIND_WEIGHT, KIND_BIAS, KIND_INPUT = 0, 1, 2, 3   # what a DMA read brings back
 DESC_CMD_WORDS = 16                     # 16-bit words per descriptor read command
 ADDR = 32
+
+
+def register_ports(bmax: int, layers: int) -> dict[str, wiring.Member]:
+    """The control unit's ports to the register block (hw/registers.py): the run's start and
+    parameters, the FBCB read port, and the status the registers report. The Sequencer has them
+    and passes them to the planner, which owns the run."""
+    return {
+        "start": In(1), "desc_base": In(ADDR), "desc_count": In(16), "bactive": In(bits_for(bmax)),
+        "fbcb_addr": Out(range(max(2, layers * bmax))), "fbcb_data": In(fbcb_entry_bits(bmax)),
+        "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(8),
+        "layer_done": Out(1), "dma_stall": Out(1),
+    }
 
 
 def tag_layout(NB: int, TR: int, TP: int, TC: int, nmax: int) -> data.StructLayout:

@@ -35,7 +35,7 @@ from fluidnpu.hw.regmap import fbcb_entry_bits
 from fluidnpu.hw.seq_fetcher import SeqFetcher
 from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner
-from fluidnpu.hw.seq_streams import ADDR, tag_layout
+from fluidnpu.hw.seq_streams import ADDR, register_ports, tag_layout
 from fluidnpu.hw.seq_writer import SeqWriter
 
 
@@ -56,10 +56,7 @@ class Sequencer(wiring.Component):
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
         super().__init__({
             # registers
-            "start": In(1), "desc_base": In(ADDR), "desc_count": In(16), "bactive": In(bits_for(bmax)),
-            "fbcb_addr": Out(range(max(2, layers * bmax))), "fbcb_data": In(fbcb_entry_bits(bmax)),
-            "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(8),
-            "layer_done": Out(1), "dma_stall": Out(1),
+            **register_ports(bmax, layers),
             # DMA read
             "rd_cmd_valid": Out(1), "rd_cmd_ready": In(1), "rd_cmd_addr": Out(ADDR),
             "rd_cmd_nwords": Out(range(nmax + 1)), "rd_cmd_zero": Out(1), "rd_cmd_tag": Out(self.tag),
