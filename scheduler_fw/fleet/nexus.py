@@ -322,7 +322,7 @@ def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind], headroom: flo
             B = cast(int, prof.saturate_batch(s.slo_s))
             T = B / prof.latency(B)
             n = int(math.floor(left / T + EPS))
-            take = min(n, free[k.name] - (reserved[k.name] if len(prefs[s.index]) > 1 else 0))
+            take = max(0, min(n, free[k.name] - (reserved[k.name] if len(prefs[s.index]) > 1 else 0)))
             for _ in range(take):
                 nodes.append(Node(k.name, prof.latency(B), [Slot(s.index, s.model, T, s.slo_s, B, prof.latency(B))],
                                   saturated=True))
