@@ -130,8 +130,12 @@ def plot(results: list[dict], path: Path) -> None:
                      f"{r['device_seconds']:.0f} device-s", fontsize=9)
         ax.set_ylabel("devices in use")
         ax = axes[1][col]
+        for d in r.get("static_deployments", []):          # @serve.batch: max_batch_size, fixed
+            ax.step([0, r["seconds"]], [d["max_batch_size"]] * 2, where="post", label=f"{d['model']} (max)")
         for i, s in enumerate(r["sessions"]):
             pts = [(e["t"], e["batches"].get(i, e["batches"].get(str(i)))) for e in r["epochs"]]
+            if not pts:
+                continue
             ax.step([t for t, b in pts if b], [b for t, b in pts if b], where="post", label=s["model"])
         ax.set_ylabel("batch size (first node)")
         ax.legend(fontsize=7)

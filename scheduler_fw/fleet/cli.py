@@ -18,6 +18,10 @@ import click
               help="size every node for rate x (1 + H): room for Poisson bursts")
 @click.option("--slo-margin", type=float, default=0.0, show_default=True,
               help="plan every session for SLO x (1 - M): room for what the model does not price (RPCs, jitter)")
+@click.option("--jitter-ms", type=float, default=0.0, show_default=True,
+              help="plan every session for SLO x (1 - M) - J ms: an absolute margin for dispatch jitter")
+@click.option("--quantile", type=float, default=0.0, show_default=True,
+              help="size residue slots for this quantile of Poisson arrivals per duty cycle (0: the mean, as Nexus)")
 @click.option("--check", "check_s", type=float, default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
 @click.option("--run", "run_s", type=float, default=0.0, show_default=True,
@@ -30,7 +34,7 @@ import click
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, slo_margin: float,
-             check_s: float,
+             jitter_ms: float, quantile: float, check_s: float,
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.output import emit_json, err, out
@@ -44,14 +48,17 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         raise FluidError("--headroom, --check, --run and --epoch must be >= 0")
     if not 0 <= slo_margin < 1:
         raise FluidError(f"--slo-margin must be in [0, 1), got {slo_margin:g}")
+    if not jitter_ms >= 0 or not 0 <= quantile < 1:
+        raise FluidError(f"--jitter-ms must be >= 0 and --quantile in [0, 1), got {jitter_ms:g} and {quantile:g}")
     if run_s:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
 
         require_ray()
     sessions = load_sessions(sessions_path)
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
-    p = plan(sessions, kinds, headroom, slo_margin)
-    d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin}
+    p = plan(sessions, kinds, headroom, slo_margin, jitter_ms / 1e3, quantile)
+    d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin, "jitter_ms": jitter_ms,
+                               "quantile": quantile}
     if check_s:
         from rich.progress import Progress
 
@@ -64,7 +71,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
 
         err.print(f"starting {len(p.nodes)} emulated boards on Ray ...", highlight=False)
-        fleet = Fleet(p, kinds, address, seed, headroom, slo_margin)
+        fleet = Fleet(p, kinds, address, seed, headroom, slo_margin, jitter_ms / 1e3)
         try:
             log = fleet.run(poisson_arrivals({s.index: s.rate for s in p.sessions}, run_s, seed), epoch_s or None)
         finally:

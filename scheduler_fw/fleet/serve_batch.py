@@ -102,14 +102,15 @@ def _board_class(serve: Any, profile: Profile, max_batch_size: int, batch_wait_t
         def __init__(self, seed: int) -> None:
             import os
 
+            from fluidnpu.scheduler_fw.fleet.node_loop import batch_seconds   # imported before the load: no cold start
+
+            self.batch_seconds = batch_seconds
             self.rng = random.Random(seed * 1_000_003 + os.getpid())   # one stream of exits per replica
 
         @serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s)
         async def infer(self, sent: list[float]) -> list[dict[str, float]]:
-            from fluidnpu.scheduler_fw.fleet.node_loop import batch_seconds
-
             start = time.monotonic()
-            await asyncio.sleep(batch_seconds(profile, len(sent), self.rng))
+            await asyncio.sleep(self.batch_seconds(profile, len(sent), self.rng))
             done = time.monotonic()
             return [{"sent": x, "start": start, "done": done, "batch": len(sent)} for x in sent]
 
