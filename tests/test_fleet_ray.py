@@ -58,7 +58,8 @@ def test_killed_board_is_replanned_within_an_epoch_and_counters_add_up():
         fleet.shutdown()
     answered = len(log.latencies[0])
     assert log.arrivals[0] == answered + log.rejected[0] > 500             # every request answered or refused
-    assert 0 < log.rejected[0] < 0.3 * log.arrivals[0]                    # the dead board's share, one epoch at most
+    # the dead board's requests in flight went to a live node: none refused (two live boards carry the load)
+    assert log.retried.get(0, 0) > 0 and log.rejected[0] == 0
     deaths = [e for e in log.epochs if e["died"]]
     assert len(deaths) == 1 and 2.3 < deaths[0]["t"] <= 3.3              # found and re-planned within one epoch
     assert all(e["devices"] <= 2 for e in log.epochs if e["t"] >= deaths[0]["t"]) and not deaths[0]["unplaced"]

@@ -158,6 +158,7 @@ class RunLog:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     answers: list[tuple[int, float, float | None]] = field(default_factory=list)   # session, arrival, latency
     jitter: dict[str, list[float]] = field(default_factory=dict)   # NodeWorker.jitter over the live devices
+    retried: dict[int, int] = field(default_factory=dict)   # requests moved off a dead device, by session
 
 
 class Fleet:
@@ -301,12 +302,14 @@ class Fleet:
         `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
         Each epoch measures the rates (a rising one extrapolated to the end of the next epoch) and
         re-plans when `should_move` says so; a health check (four per epoch) that finds a device dead
-        re-plans at once. Requests to a dead device, or to none, are counted as rejected.
+        re-plans at once, and the requests in flight on the dead device (or sent to it before its death
+        was found) go to a live node of their session in the new plan (`_retry`). A request of a
+        session that has no live node is refused with an error: counted in `rejected`, never lost.
         """
         rng = random.Random(self.seed + 1)
         counts = {s.index: 0 for s in self.sessions}
         window = dict(counts)
-        refs: list[tuple[int, Any]] = []
+        refs: list[tuple[int, float, Any, int]] = []     # session, arrival, answer, device
         rejected = dict(counts)
         log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
         t0 = time.monotonic()
@@ -338,6 +341,8 @@ class Fleet:
                             ahead = {k: max(r, planned.get(k, 0.0)) for k, r in ahead.items()}
                         self.apply(self.replan(ahead, rates))
                         planned = ahead
+                    if died:
+                        self._retry(refs, set(died), rng, t0, log)
                     log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
                                        "nodes": len(self.plan.nodes),
                                        "devices": len(set(self.node_actor.values())),
@@ -361,8 +366,8 @@ class Fleet:
                 rejected[session] += 1
                 log.answers.append((session, t, None))
                 continue
-            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
-        for session, t, ref in refs:
+            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))   # latency from arrival
+        for session, t, ref, _ in refs:
             try:
                 r = self.ray.get(ref)
             except self.ray.exceptions.RayError:
@@ -376,6 +381,27 @@ class Fleet:
                 for key, xs in self.ray.get(a.jitter.remote()).items():
                     log.jitter.setdefault(key, []).extend(xs)
         return log
+
+    def _retry(self, refs: list[tuple[int, float, Any, int]], died: set[int], rng: random.Random, t0: float,
+               log: RunLog) -> None:
+        """Send the requests that devices just found dead had not answered to a live node of their session
+        in the current plan (counted in log.retried); a session with no live node keeps them, and they are
+        refused when collected. Their latency still counts from their first arrival."""
+        for i, (session, t, ref, device) in enumerate(refs):
+            if device not in died:
+                continue
+            ready, _ = self.ray.wait([ref], timeout=0)
+            if ready:
+                try:
+                    self.ray.get(ref)
+                    continue                   # answered before the death
+                except self.ray.exceptions.RayError:
+                    pass
+            node = self.route(session, rng)
+            if node is None or node in self.dead:
+                continue
+            refs[i] = (session, t, self.actors[node].infer.remote(session, t0 + t), node)
+            log.retried[session] = log.retried.get(session, 0) + 1
 
     def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
         """Each session's placed rate as Poisson arrivals for `seconds`, no re-planning: (latencies, arrivals)."""
