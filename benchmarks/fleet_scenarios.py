@@ -104,6 +104,7 @@ def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: f
             "transit": percentiles(log.jitter.get("transit", [])),
             "arrivals": arrived,
             "answered": sum(len(v) for v in log.latencies.values()), "rejected": sum(log.rejected.values()),
+            "retried": sum(log.retried.values()),
             "within_slo": within, "slo_compliance": within / arrived if arrived else 1.0, "device_seconds": device_s,
             "sessions": [{"model": s.model, "slo_ms": s.slo_s * 1e3, "arrivals": log.arrivals[i],
                           "answered": len(log.latencies[i]), "rejected": log.rejected[i],
@@ -165,7 +166,7 @@ def main() -> None:
                             args.jitter_ms / 1e3, args.quantile) for n in args.only.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "scenarios.json").write_text(json.dumps(results, indent=1))
-    keys = ["scenario", "seconds", "arrivals", "answered", "rejected", "within_slo", "slo_compliance",
+    keys = ["scenario", "seconds", "arrivals", "answered", "retried", "rejected", "within_slo", "slo_compliance",
             "device_seconds"]
     with open(args.out / "scenarios.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, keys, extrasaction="ignore")
@@ -174,7 +175,8 @@ def main() -> None:
     plot(results, args.out / "scenarios.png")
     for r in results:
         per = ", ".join(f"{s['model']} {100 * s['within_slo'] / max(1, s['arrivals']):.2f} %" for s in r["sessions"])
-        print(f"{r['scenario']}: {r['arrivals']} arrivals, {r['answered']} answered, {r['rejected']} refused, "
+        print(f"{r['scenario']}: {r['arrivals']} arrivals, {r['answered']} answered ({r['retried']} retried on another "
+              f"device), {r['rejected']} refused, "
               f"{100 * r['slo_compliance']:.2f} % within SLO ({per}), {r['device_seconds']:.1f} device-seconds; "
               f"dispatch lateness p99 {r['dispatch_lateness']['p99_ms']:.1f} ms, transit p99 "
               f"{r['transit']['p99_ms']:.1f} ms")
