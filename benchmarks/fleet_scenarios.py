@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 from pathlib import Path
 
 from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file
@@ -100,6 +101,7 @@ def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: f
         per_second.append({"t": sec, "requests": len(xs), "within_slo": ok})
     return {"scenario": name, "seconds": T, "epoch_s": epoch, "headroom": headroom, "slo_margin": margin,
             "jitter_ms": 1e3 * jitter_s, "quantile": quantile, "seed": seed, "static_deployments": static,
+            "loadavg_1min": os.getloadavg()[0],      # the shared host's load at the end: the figures depend on it
             "dispatch_lateness": percentiles(log.jitter.get("lateness", [])),
             "transit": percentiles(log.jitter.get("transit", [])),
             "arrivals": arrived,
@@ -179,7 +181,7 @@ def main() -> None:
               f"device), {r['rejected']} refused, "
               f"{100 * r['slo_compliance']:.2f} % within SLO ({per}), {r['device_seconds']:.1f} device-seconds; "
               f"dispatch lateness p99 {r['dispatch_lateness']['p99_ms']:.1f} ms, transit p99 "
-              f"{r['transit']['p99_ms']:.1f} ms")
+              f"{r['transit']['p99_ms']:.1f} ms; host load {r['loadavg_1min']:.1f}")
 
 
 if __name__ == "__main__":

@@ -132,9 +132,9 @@ class ServeBatchFleet:
         self.handles: dict[int, tuple[list[Any], list[float]]] = {}
         for i, d in enumerate(self.deployments):
             cls = _board_class(serve, by_name[d.device].profiles[d.model], d.max_batch_size, d.batch_wait_timeout_s)
-            app = serve.deployment(cls, name=f"board{i}", num_replicas=d.replicas, max_ongoing_requests=10_000,
-                                   ray_actor_options={"num_cpus": 0, "resources": {resource_name(d.device): 1}}
-                                   ).bind(seed + i)
+            deployment = serve.deployment(name=f"board{i}", num_replicas=d.replicas, max_ongoing_requests=10_000,
+                                          ray_actor_options={"num_cpus": 0, "resources": {resource_name(d.device): 1}})
+            app = deployment(cls).bind(seed + i)
             handle = serve.run(app, name=f"static{i}", route_prefix=None)   # returns once its replicas are up
             hs, ws = self.handles.setdefault(d.session, ([], []))
             hs.append(handle)
