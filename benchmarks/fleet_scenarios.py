@@ -8,13 +8,20 @@ the rates measured over it, with headroom.
 
 1. ramp: ResNet-50 ramping 0 -> 40 req/s over 40 s, SLO 2 s;
 2. three: ResNet-50, Inception-v3 and digits-ee ramping 0 -> 40 req/s each
-   over 40 s, SLOs 1 s, 1 s and 100 ms (no @serve.batch baseline yet);
+   over 40 s, SLOs 1 s, 1 s and 100 ms; the same arrivals also served by the
+   baseline, Ray Serve's static @serve.batch per model with one replica per
+   device, provisioned for the peak (fleet/serve_batch.py): "three-serve-batch";
 3. kill: ResNet-50 at 30 req/s for 20 s, SLO 1 s, the board of node 0 killed at 10 s.
 
-Writes docs/figures/fleet/scenarios.{json,csv,png} and prints a summary.
-Needs Ray (the 'fleet' extra). About 2.5 minutes.
+Device-seconds (both paths): the integral over the run of the devices in use, a device being in use
+while the current plan gives it a node (Nexus) or a static deployment holds it (@serve.batch);
+devices started but given nothing are not counted.
 
-    python benchmarks/fleet_scenarios.py [--epoch 2] [--headroom 0.5] [--slo-margin 0.1] [--only ramp,three,kill]
+Writes docs/figures/fleet/scenarios.{json,csv,png} and prints a summary.
+Needs Ray with Serve (the 'fleet' extra). About 4 minutes.
+
+    python benchmarks/fleet_scenarios.py [--epoch 2] [--headroom 0.5] [--slo-margin 0.1] [--jitter-ms 20]
+        [--quantile 0.99] [--only ramp,three,three-serve-batch,kill] [--seed 0] [--out DIR]
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 from pathlib import Path
 
 from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file
 from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
-from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
+from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, RunLog, poisson_arrivals
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "fleet"
@@ -37,25 +45,52 @@ SCENARIOS = {
               "peak": 40.0, "ramp": True},
     "kill": {"seconds": 20.0, "sessions": [("resnet50", 1.0)], "peak": 30.0, "ramp": False, "kill": (10.0, 0)},
 }
+SCENARIOS["three-serve-batch"] = {**SCENARIOS["three"], "baseline": True}
 
 
-def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: float, seed: int = 0) -> dict:
+def percentiles(xs: list[float]) -> dict[str, float]:
+    """p50, p99 and max of seconds, in ms (empty: zeros)."""
+    xs = sorted(xs)
+    if not xs:
+        return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+    return {"p50_ms": 1e3 * xs[len(xs) // 2], "p99_ms": 1e3 * xs[min(len(xs) - 1, int(0.99 * len(xs)))],
+            "max_ms": 1e3 * xs[-1]}
+
+
+def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: float, seed: int = 0,
+                 jitter_s: float = 0.0, quantile: float = 0.0) -> dict:
     sessions = [Session(m, 1.0, slo) for m, slo in spec["sessions"]]
     kinds = device_kinds(load_fleet_file(EXAMPLE / "fleet.json"), [s.model for s in sessions])
     peak, T = spec["peak"], spec["seconds"]
     if spec["ramp"]:
         rates = {i: (lambda t, peak=peak, T=T: peak * t / T) for i in range(len(sessions))}
-        first = plan(sessions, kinds, headroom, margin)             # rates start near 0: plan for 1 req/s
+        first = plan(sessions, kinds, headroom, margin, jitter_s, quantile)   # rates start near 0: plan for 1 req/s
     else:
         rates = {i: peak for i in range(len(sessions))}
-        first = plan([Session(s.model, peak, s.slo_s) for s in sessions], kinds, headroom, margin)
+        first = plan([Session(s.model, peak, s.slo_s) for s in sessions], kinds, headroom, margin, jitter_s, quantile)
     arrivals = poisson_arrivals(rates, T, seed, peak={i: peak for i in range(len(sessions))})
-    fleet = Fleet(first, kinds, seed=seed, headroom=headroom, slo_margin=margin)
-    try:
-        log = fleet.run(arrivals, epoch_s=epoch, kill=spec.get("kill"))
-    finally:
-        fleet.shutdown()
-    devices = [(0.0, len(first.nodes))] + [(e["t"], e["devices"]) for e in log.epochs]
+    static: list[dict] = []
+    log: RunLog
+    if spec.get("baseline"):
+        from fluidnpu.scheduler_fw.fleet.serve_batch import ServeBatchFleet, static_deployments
+
+        deps, _ = static_deployments([Session(s.model, peak, s.slo_s) for s in sessions], kinds, headroom, margin,
+                                     jitter_s)
+        static = [{"model": d.model, "device": d.device, "replicas": d.replicas, "max_batch_size": d.max_batch_size,
+                   "batch_wait_timeout_ms": 1e3 * d.batch_wait_timeout_s} for d in deps]
+        base = ServeBatchFleet(deps, kinds, sessions, seed=seed)
+        try:
+            log = base.run(arrivals)
+        finally:
+            base.shutdown()
+        devices = [(0.0, base.devices)]
+    else:
+        fleet = Fleet(first, kinds, seed=seed, headroom=headroom, slo_margin=margin, jitter_s=jitter_s)
+        try:
+            log = fleet.run(arrivals, epoch_s=epoch, kill=spec.get("kill"))
+        finally:
+            fleet.shutdown()
+        devices = [(0.0, len(first.nodes))] + [(e["t"], e["devices"]) for e in log.epochs]
     device_s = sum(n * (min(T, t1) - t0) for (t0, n), (t1, _) in zip(devices, devices[1:] + [(T, 0)]) if t0 < T)
     within = sum(1 for s, _, lat in log.answers if lat is not None and lat <= sessions[s].slo_s)
     arrived = sum(log.arrivals.values())
@@ -65,8 +100,13 @@ def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: f
         ok = sum(1 for s, lat in xs if lat is not None and lat <= sessions[s].slo_s)
         per_second.append({"t": sec, "requests": len(xs), "within_slo": ok})
     return {"scenario": name, "seconds": T, "epoch_s": epoch, "headroom": headroom, "slo_margin": margin,
+            "jitter_ms": 1e3 * jitter_s, "quantile": quantile, "seed": seed, "static_deployments": static,
+            "loadavg_1min": os.getloadavg()[0],      # the shared host's load at the end: the figures depend on it
+            "dispatch_lateness": percentiles(log.jitter.get("lateness", [])),
+            "transit": percentiles(log.jitter.get("transit", [])),
             "arrivals": arrived,
             "answered": sum(len(v) for v in log.latencies.values()), "rejected": sum(log.rejected.values()),
+            "retried": sum(log.retried.values()),
             "within_slo": within, "slo_compliance": within / arrived if arrived else 1.0, "device_seconds": device_s,
             "sessions": [{"model": s.model, "slo_ms": s.slo_s * 1e3, "arrivals": log.arrivals[i],
                           "answered": len(log.latencies[i]), "rejected": log.rejected[i],
@@ -93,8 +133,12 @@ def plot(results: list[dict], path: Path) -> None:
                      f"{r['device_seconds']:.0f} device-s", fontsize=9)
         ax.set_ylabel("devices in use")
         ax = axes[1][col]
+        for d in r.get("static_deployments", []):          # @serve.batch: max_batch_size, fixed
+            ax.step([0, r["seconds"]], [d["max_batch_size"]] * 2, where="post", label=f"{d['model']} (max)")
         for i, s in enumerate(r["sessions"]):
             pts = [(e["t"], e["batches"].get(i, e["batches"].get(str(i)))) for e in r["epochs"]]
+            if not pts:
+                continue
             ax.step([t for t, b in pts if b], [b for t, b in pts if b], where="post", label=s["model"])
         ax.set_ylabel("batch size (first node)")
         ax.legend(fontsize=7)
@@ -114,14 +158,17 @@ def main() -> None:
     ap.add_argument("--epoch", type=float, default=2.0)
     ap.add_argument("--headroom", type=float, default=0.5)
     ap.add_argument("--slo-margin", type=float, default=0.1)
-    ap.add_argument("--only", default="ramp,three,kill")
+    ap.add_argument("--jitter-ms", type=float, default=20.0, help="absolute SLO margin for dispatch jitter")
+    ap.add_argument("--quantile", type=float, default=0.99, help="Poisson quantile of each slot (0: Nexus's mean)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="ramp,three,three-serve-batch,kill")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "fleet")
     args = ap.parse_args()
-    results = [run_scenario(n, SCENARIOS[n], args.epoch, args.headroom, args.slo_margin)
-               for n in args.only.split(",")]
+    results = [run_scenario(n, SCENARIOS[n], args.epoch, args.headroom, args.slo_margin, args.seed,
+                            args.jitter_ms / 1e3, args.quantile) for n in args.only.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "scenarios.json").write_text(json.dumps(results, indent=1))
-    keys = ["scenario", "seconds", "arrivals", "answered", "rejected", "within_slo", "slo_compliance",
+    keys = ["scenario", "seconds", "arrivals", "answered", "retried", "rejected", "within_slo", "slo_compliance",
             "device_seconds"]
     with open(args.out / "scenarios.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, keys, extrasaction="ignore")
@@ -129,8 +176,12 @@ def main() -> None:
         w.writerows(results)
     plot(results, args.out / "scenarios.png")
     for r in results:
-        print(f"{r['scenario']}: {r['arrivals']} arrivals, {r['answered']} answered, {r['rejected']} refused, "
-              f"{100 * r['slo_compliance']:.2f} % within SLO, {r['device_seconds']:.1f} device-seconds")
+        per = ", ".join(f"{s['model']} {100 * s['within_slo'] / max(1, s['arrivals']):.2f} %" for s in r["sessions"])
+        print(f"{r['scenario']}: {r['arrivals']} arrivals, {r['answered']} answered ({r['retried']} retried on another "
+              f"device), {r['rejected']} refused, "
+              f"{100 * r['slo_compliance']:.2f} % within SLO ({per}), {r['device_seconds']:.1f} device-seconds; "
+              f"dispatch lateness p99 {r['dispatch_lateness']['p99_ms']:.1f} ms, transit p99 "
+              f"{r['transit']['p99_ms']:.1f} ms; host load {r['loadavg_1min']:.1f}")
 
 
 if __name__ == "__main__":

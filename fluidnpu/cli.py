@@ -15,7 +15,7 @@ from rich.table import Table
 
 from fluidnpu.design import evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design
 from fluidnpu.errors import FluidError
-from fluidnpu.output import check_writable, emit_json, err, os_error_message, out
+from fluidnpu.output import FloatRange, check_writable, emit_json, err, os_error_message, out
 
 _emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
 
@@ -46,7 +46,7 @@ def cli() -> None:
 @click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
-@click.option("--clock", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--clock", type=FloatRange(min=0, min_open=True), default=None,
               help="PL clock in MHz (default: the board's)")
 @click.option("--exits", default=None, help="ONNX only: comma-separated exit node/output names")
 @click.option("--exit-rates", default=None, help="ONNX only: exit probabilities incl. the final exit")
@@ -250,9 +250,9 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
 @cli.command("flow", short_help="The whole flow on the embedded default (what `make run` runs).")
 @click.option("--out", "outdir", type=click.Path(file_okay=False), default="build", show_default=True,
               help="where the design bundles and the RTL go")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=150.0, show_default=True,
+@click.option("--rate", type=FloatRange(min=0, min_open=True), default=150.0, show_default=True,
               help="serving: Poisson rate (samples/s)")
-@click.option("--slo", type=click.FloatRange(min=0, min_open=True), default=50.0, show_default=True,
+@click.option("--slo", type=FloatRange(min=0, min_open=True), default=50.0, show_default=True,
               help="serving: latency SLO (ms)")
 @click.option("--samples", type=click.IntRange(min=1), default=450, show_default=True, help="serving: samples streamed")
 @click.option("--cosim-images", type=int, default=8, show_default=True,

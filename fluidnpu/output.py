@@ -20,6 +20,7 @@ from pathlib import Path
 import sys
 from typing import Any, Iterator
 
+import click
 from rich.console import Console
 
 from fluidnpu.errors import FluidError
@@ -143,3 +144,14 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
     except (json.JSONDecodeError, RecursionError) as exc:
         where = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
         raise FluidError(f"{what} {path}: not valid JSON{where}") from None
+
+
+class FloatRange(click.FloatRange):
+    """click's FloatRange that also refuses NaN: NaN compares false with every bound, so click's
+    own passes `--rate nan` through to code that cannot use it."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if rv != rv:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return rv

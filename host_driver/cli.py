@@ -14,7 +14,7 @@ from typing import Any, Optional
 import click
 
 from fluidnpu.host_driver.serving import serve_report
-from fluidnpu.output import emit_json, out
+from fluidnpu.output import FloatRange, emit_json, out
 
 
 @click.command("run", short_help="Stream samples through a policy on a device (ModelDevice or RTL sim).")
@@ -25,14 +25,14 @@ from fluidnpu.output import emit_json, out
 @click.option("--model", "-m", default="digits-ee", show_default=True, help="runtime model: digits-ee")
 @click.option("--policy", "-p", default="fluidb", show_default=True,
               help="fluidb, lazybatching, serial, fc-/r-adaptb-s|m|l")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
-@click.option("--slo", type=click.FloatRange(min=0, min_open=True), required=True, help="latency SLO (ms)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="latency SLO (ms)")
 @click.option("--samples", type=click.IntRange(min=1), default=200, show_default=True, help="samples streamed (test split, cycled)")
 @click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
               help="largest batch (default: the design's; without --design the default design is DSE'd at it, default 4)")
 @click.option("--seed", type=int, default=0, show_default=True, help="arrival-time seed")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--timeout", "timeout_s", type=FloatRange(min=0, min_open=True), default=None,
               help="per-subnet device timeout in s (default 2 for model, 600 for rtl)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: float, slo: float, samples: int,

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import emit_json, err, make_dir, out, progress_bar
+from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
 
@@ -26,15 +26,15 @@ _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb
 @click.option("--design", type=click.Path(dir_okay=False), default=None,
               help="run on this design bundle instead of the policy's own DSE'd design")
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
-@click.option("--slo", type=click.FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
 @click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
               help="largest batch (default 8, or the bundle's with --design)")
 @click.option("--samples", type=click.IntRange(min=1), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed")
-@click.option("--decision-cost-us", type=click.FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
+@click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")
@@ -114,7 +114,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
               help="where the CSV/JSON/PNG files go")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="worker processes (default: up to 2)")
 @click.option("--bmax", type=click.IntRange(1, 64), default=8, show_default=True)
-@click.option("--decision-cost-us", type=click.FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
+@click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="DSE cache (default $FLUIDNPU_CACHE_DIR or ~/.cache/fluidnpu)")

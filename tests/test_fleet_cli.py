@@ -104,6 +104,21 @@ def test_plan_check_and_headroom_json(files, capsys):
     assert code == 2 and "--headroom" in err
 
 
+def test_jitter_margin_and_quantile_from_the_cli(files, capsys):
+    """--jitter-ms shortens every planned SLO by that much; --quantile sizes residue slots for Poisson bursts."""
+    args = ["--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"), "--json"]
+    code, out, err = plan_cli(capsys, *args, "--jitter-ms", "5", "--quantile", "0.99")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["jitter_ms"] == 5 and d["quantile"] == 0.99
+    gpu = [s for n in d["nodes"] for s in n["sessions"] if s["model"] == "resnet50"]
+    assert gpu and all(s["slo_ms"] == pytest.approx(55.0) and s["worst_latency_ms"] <= 55.0 + 1e-6 for s in gpu)
+    assert any(s["quantile"] == 0.99 for s in gpu) or all(n["saturated"] for n in d["nodes"]
+                                                          if any(s["model"] == "resnet50" for s in n["sessions"]))
+    code, out, err = plan_cli(capsys, *args, "--quantile", "1.5")
+    assert code == 2 and "--quantile" in err and len(err.strip().splitlines()) == 1
+
+
 def test_other_model_latency_matches_the_bundle_table(digits_bundle):
     """The perf-model path for a model that is not the bundle's reproduces the bundle's table on its own model."""
     wl = digits_bundle.workload

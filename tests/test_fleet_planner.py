@@ -7,7 +7,8 @@ import math
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Profile, Session, plan, residue_slot, switch_cost
+from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Profile, Session, mean_for, per_cycle, plan, poisson_cdf, \
+    residue_slot, switch_cost
 from fluidnpu.scheduler_fw.fleet.profiles import exit_aware, reach
 
 TOL = 1e-6
@@ -78,6 +79,37 @@ def test_exit_aware_latency_prices_expected_survivors():
     assert exit_aware(table, [0.5, 0.5]) == [11, 12, 23, 24]       # segment 1 at ceil(b/2)
     assert exit_aware(table, [0.5, 0.5], early_exit=False) == [11, 22, 33, 44]
     assert exit_aware(table, [1.0, 0.0]) == [1, 2, 3, 4]            # nobody reaches segment 1
+
+
+def test_a_kind_only_one_session_can_use_is_left_to_it():
+    """y runs only on the fast kind, x on both (and prefers it): x saturating first would starve y."""
+    fast = DeviceKind("fast", 2, {"x": affine(5, 2), "y": affine(5, 2)})
+    slow = DeviceKind("slow", 10, {"x": affine(20, 10)})
+    p = plan([Session("x", 1000.0, 1.0), Session("y", 100.0, 1.0)], [fast, slow])   # x alone: 2 fast nodes
+    assert p.unplaced == []
+    assert {n.device for n in p.nodes if any(s.session == 1 for s in n.slots)} == {"fast"}
+    assert any(n.device == "slow" for n in p.nodes if any(s.session == 0 for s in n.slots))
+
+
+def test_residue_too_large_for_the_next_free_kind_spills_to_a_saturated_node():
+    # x prefers fast (T = 16/37 ms = 432/s) but y's residue keeps the one fast device; x's 300/s exceeds one slow
+    # node (B = 16, ℓ = 180 ms, 89/s): saturated slow nodes take it until a residue fits on one.
+    fast = DeviceKind("fast", 1, {"x": affine(5, 2), "y": affine(5, 2)})
+    slow = DeviceKind("slow", 10, {"x": affine(20, 10)})
+    p = plan([Session("x", 300.0, 1.0), Session("y", 10.0, 1.0)], [fast, slow])
+    assert p.unplaced == [] and p.placed_rate(0) == pytest.approx(300.0)
+    assert sum(1 for n in p.nodes if n.saturated and n.device == "slow") == 3
+
+
+def test_poisson_slot_is_the_quantile_of_arrivals_per_cycle():
+    assert poisson_cdf(2, 1.0) == pytest.approx(2.5 / math.e)                      # (1 + 1 + 1/2) e^-1
+    assert poisson_cdf(3, 2000.0) == pytest.approx(0.0, abs=1e-12)                 # no underflow trouble
+    assert per_cycle(3.2) == 4 and mean_for(4) == 4.0                              # Nexus: ceil(r·d)
+    assert per_cycle(3.2, 0.99) == 8                                               # P(Poisson(3.2) <= 8) >= 0.99
+    for b in (1, 3, 8, 16):
+        lam = mean_for(b, 0.99)
+        assert per_cycle(lam, 0.99) <= b < per_cycle(lam * 1.01, 0.99)             # mean_for inverts per_cycle
+        assert poisson_cdf(b, lam) >= 0.99 > poisson_cdf(b, lam * 1.01)
 
 
 # ---- properties ----------------------------------------------------------------------------------------------
@@ -160,6 +192,25 @@ def test_headroom_keeps_the_properties_on_the_real_rates(case, h):
             assert s.batch / n.duty_s >= s.rate * (1 + h) * (1 - TOL)
 
 
+@settings(max_examples=40, deadline=None)
+@given(fleets(), st.floats(0.0, 0.5), st.floats(0.0, 0.2), st.floats(0.0, 0.02), st.sampled_from([0.9, 0.99]))
+def test_jitter_margin_and_poisson_slots_keep_the_properties(case, h, m, jitter_s, q):
+    """Planned for SLO x (1 - m) - j with residue slots at the q-quantile: every session still placed or
+    reported, d + ℓ(b) <= the planned SLO, and a quantile slot's batch covers the q-quantile of its arrivals
+    per cycle (at the planned rate x (1 + h)); saturated slots and residues that fit no quantile slot keep
+    Nexus's mean."""
+    sessions, kinds = case
+    p = plan(sessions, kinds, h, m, jitter_s, q)
+    check_plan(p, sessions, kinds)
+    for n in p.nodes:
+        for s in n.slots:
+            assert s.slo_s == pytest.approx(max(0.0, sessions[s.session].slo_s * (1 - m) - jitter_s))  # planned SLO
+            assert s.quantile in ((0.0, q) if not n.saturated else (0.0,))
+            if s.quantile:
+                assert poisson_cdf(s.batch, s.rate * (1 + h) * n.duty_s) >= q - 1e-9
+            assert p.capacity(s.session) >= p.placed_rate(s.session) * (1 + h) * (1 - TOL)
+
+
 @settings(max_examples=60, deadline=None)
 @given(fleets(), st.floats(0.1, 0.99))
 def test_slo_below_one_sample_is_reported_not_dropped(case, share):
@@ -199,3 +250,24 @@ def test_replayed_batch_shrinks_at_exits():
     p = Profile((11.0, 22.0), 0.0, ((1.0, 2.0), (10.0, 20.0)), (0.0, 1.0))
     assert batch_seconds(p, 2, random.Random(0)) == 22.0                 # nobody does
     assert batch_seconds(Profile((3.0, 5.0)), 2, random.Random(0)) == 5.0  # a GPU profile: ℓ(n)
+
+
+def test_static_serve_batch_deployments_are_sized_for_the_peak():
+    """The @serve.batch baseline's provisioning (fleet/serve_batch.py): B = argmax 2ℓ(b) <= L', timeout L' - 2ℓ(B),
+    replicas ceil(peak x (1 + h) / (B/ℓ(B))), the constrained session first, spilling to the next kind."""
+    from fluidnpu.scheduler_fw.fleet.serve_batch import static_deployments
+
+    fast = DeviceKind("fast", 2, {"x": affine(5, 2), "y": affine(10, 5)})
+    slow = DeviceKind("slow", 3, {"x": affine(20, 10)})
+    # y (fast only): L' = 0.1 - 0.01 = 90 ms -> B = 7 (2 x 45 ms), T = 7/45 ms = 155.6/s; 200 x 1.5 = 300/s -> 2
+    deps, unplaced = static_deployments([Session("x", 100.0, 0.2), Session("y", 200.0, 0.1)], [fast, slow],
+                                        headroom=0.5, jitter_s=0.01)
+    y = [d for d in deps if d.session == 1]
+    assert [(d.device, d.replicas, d.max_batch_size) for d in y] == [("fast", 2, 7)]
+    assert y[0].batch_wait_timeout_s == pytest.approx(0.090 - 2 * 0.045)
+    # x: fast taken by y; slow: L' = 190 ms -> B = 8 (2 x 100 ms > 190: B = 7, ℓ = 90 ms), 150/s / 77.8/s -> 2
+    x = [d for d in deps if d.session == 0]
+    assert [(d.device, d.replicas, d.max_batch_size) for d in x] == [("slow", 2, 7)]
+    assert x[0].batch_wait_timeout_s == pytest.approx(0.190 - 0.180) and unplaced == []
+    deps, unplaced = static_deployments([Session("x", 1000.0, 0.2)], [slow])   # L = 200 ms: B = 8, 80/s per device
+    assert deps[0].replicas == 3 and unplaced[0].rate == pytest.approx(1000.0 - 3 * 80.0)

@@ -219,6 +219,21 @@ def test_dse_design_that_does_not_fit_names_the_resource_and_the_excess(capsys):
     assert_one_line(capsys, "dse", "-m", "digits-ee", "-b", "zc706", "--design", "4,4", word="TR,TP,TC")
 
 
+@pytest.mark.parametrize("args", [
+    ("dse", "-m", "digits-ee", "-b", "zc706", "--clock", "nan"),
+    ("simulate", "-m", "resnet50", "-b", "zc706", "-p", "fluidb", "--rate", "nan"),
+    ("plan", "--sessions", "s.json", "--fleet", "f.json", "--headroom", "nan"),
+    ("dse", "-m", "digits-ee", "-b", "zc706", "--banks", "3"),
+    ("dse", "-m", "digits-ee", "-b", "zc706", "--batching", "r", "--banks", "4"),
+])
+def test_nan_and_impossible_options_are_refused_in_one_line(capsys, args):
+    """click's FloatRange lets NaN through (it compares false with every bound); ours does not. A bank
+    count the RTL cannot build is refused before any work."""
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "Traceback" not in err, err
+    assert ("not a number" in err) or ("banks" in err.lower()), err
+
+
 # ---- the import graph ---------------------------------------------------------------------------
 
 PACKAGE_DIRS = {"fluidnpu": "fluidnpu", "dse": "fluidnpu.dse", "hw": "fluidnpu.hw", "hls_gen": "fluidnpu.hls_gen",

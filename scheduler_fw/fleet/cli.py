@@ -6,6 +6,7 @@ Registered by fluidnpu/cli.py through `commands`; output helpers come from fluid
 from __future__ import annotations
 
 import click
+from fluidnpu.output import FloatRange
 
 
 @click.command("plan", short_help="Nexus squishy bin packing of sessions over a fleet of NPUs and GPUs.")
@@ -14,23 +15,27 @@ import click
 @click.option("--fleet", "fleet_path", required=True, type=click.Path(dir_okay=False),
               help='JSON: {"devices": [{"name", "design" | "kind": "gpu" + "profile", "count"}, ...]}')
 @click.option("--no-early-exit", is_flag=True, help="price every batch as if no sample left early")
-@click.option("--headroom", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--headroom", type=FloatRange(min=0), default=0.0, show_default=True,
               help="size every node for rate x (1 + H): room for Poisson bursts")
-@click.option("--slo-margin", type=click.FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
+@click.option("--slo-margin", type=FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="plan every session for SLO x (1 - M): room for what the model does not price (RPCs, jitter)")
-@click.option("--check", "check_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--jitter-ms", type=FloatRange(min=0), default=0.0, show_default=True,
+              help="plan every session for SLO x (1 - M) - J ms: an absolute margin for dispatch jitter")
+@click.option("--quantile", type=FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
+              help="size residue slots for this quantile of Poisson arrivals per duty cycle (0: the mean, as Nexus)")
+@click.option("--check", "check_s", type=FloatRange(min=0), default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
-@click.option("--run", "run_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--run", "run_s", type=FloatRange(min=0), default=0.0, show_default=True,
               help="serve the plan on Ray (emulated boards, wall clock) under Poisson load for this many seconds; "
                    "needs the 'fleet' extra")
 @click.option("--address", default=None, help="with --run: join this Ray cluster instead of starting a local one")
-@click.option("--epoch", "epoch_s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--epoch", "epoch_s", type=FloatRange(min=0), default=0.0, show_default=True,
               help="with --run: re-plan every this many seconds on the measured rates (0: never)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the --check/--run arrivals and exits")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, slo_margin: float,
-             check_s: float,
+             jitter_ms: float, quantile: float, check_s: float,
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.output import emit_json, err, out
@@ -45,8 +50,9 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         require_ray()
     sessions = load_sessions(sessions_path)
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
-    p = plan(sessions, kinds, headroom, slo_margin)
-    d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin}
+    p = plan(sessions, kinds, headroom, slo_margin, jitter_ms / 1e3, quantile)
+    d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin, "jitter_ms": jitter_ms,
+                               "quantile": quantile}
     if check_s:
         from rich.progress import Progress
 
@@ -59,7 +65,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, poisson_arrivals
 
         err.print(f"starting {len(p.nodes)} emulated boards on Ray ...", highlight=False)
-        fleet = Fleet(p, kinds, address, seed, headroom, slo_margin)
+        fleet = Fleet(p, kinds, address, seed, headroom, slo_margin, jitter_ms / 1e3)
         try:
             log = fleet.run(poisson_arrivals({s.index: s.rate for s in p.sessions}, run_s, seed), epoch_s or None)
         finally:

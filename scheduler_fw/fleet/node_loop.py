@@ -60,6 +60,7 @@ class DutyCycleNode:
         self.queues: list[deque[tuple[float, Any]]] = [deque() for _ in self.order]
         self.next_start = clock.now()
         self.loaded: str | None = None
+        self.lateness: deque[float] = deque(maxlen=4096)   # s a slot's take came after its offset (dispatch jitter)
 
     def submit(self, session: int, arrival: float, token: Any = None) -> None:
         """Queue a request of `session` that arrives at `arrival` (arrivals per session in order)."""
@@ -90,6 +91,7 @@ class DutyCycleNode:
                 self.loaded = s.model
             clock.sleep_until(start + self.offsets[j])
             now, q, batch = clock.now(), self.queues[j], []
+            self.lateness.append(now - start - self.offsets[j])
             while q and q[0][0] <= now and len(batch) < s.batch:
                 batch.append(q.popleft())
             if batch:

@@ -14,13 +14,14 @@ nodes' shares of its rate.
 On one machine `Fleet` starts a local Ray with those resources; `address`
 joins a running cluster instead (which must declare them).
 
-Not built yet (docs/fleet.md): the Ray Serve ingress behind `fluidnpu serve`,
-re-planning, device failures, the @serve.batch baseline.
+Not built yet (docs/fleet.md): the Ray Serve ingress behind `fluidnpu serve`.
+The @serve.batch baseline on the same emulated boards is fleet/serve_batch.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 import math
@@ -42,6 +43,20 @@ def require_ray() -> Any:
     return ray
 
 
+def start_ray(kinds: Sequence[DeviceKind], address: str | None = None) -> bool:
+    """Start a local Ray (2 CPUs, `count` units of each kind's resource) or join `address`; True if this call
+    started or joined it (so the caller shuts it down), False if Ray was already up in this process."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
+                 include_dashboard=False, log_to_driver=False)
+    return True
+
+
 def resource_name(device: str) -> str:
     """The custom resource of a device kind: fluidnpu_<name> (Ray resource names: letters, digits, _ - .)."""
     return "fluidnpu_" + re.sub(r"[^A-Za-z0-9_.-]", "_", device)
@@ -60,6 +75,8 @@ class NodeWorker:
         self.rng = random.Random(seed)
         self.loops: list[Any] = []          # draining loops first, the active one last
         self.answered = 0
+        self.late: deque[float] = deque(maxlen=4096)      # dispatch lateness of replaced loops' slots (s)
+        self.transit: deque[float] = deque(maxlen=4096)   # s from a request's arrival to its reaching this actor
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
@@ -80,6 +97,9 @@ class NodeWorker:
                     if session in old.slot_of:
                         new.queues[j].extend(old.queues[old.slot_of[session]])
                         old.queues[old.slot_of[session]].clear()
+            for lp in self.loops:
+                self.late.extend(lp.lateness)
+                lp.lateness.clear()
             self.loops = [lp for lp in self.loops if lp.pending] + ([new] if new is not None else [])
             draining = self.loops if new is None else self.loops[:-1]
             return sum(lp.pending for lp in draining)
@@ -108,13 +128,21 @@ class NodeWorker:
         loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
         if loop is None:
             raise FluidError(f"session {session} is not served by this device any more (re-planned)")
-        loop.submit(session, time.monotonic(), fut)
+        now = time.monotonic()
+        self.transit.append(now - sent)
+        loop.submit(session, now, fut)
         self._wake.set()
         done = await asyncio.wrap_future(fut)
         return {"sent": sent, "done": done}
 
     def stats(self) -> dict[str, int]:
         return {"answered": self.answered, "pending": sum(lp.pending for lp in self.loops)}
+
+    def jitter(self) -> dict[str, list[float]]:
+        """The last few thousand slots' dispatch lateness (a take after its offset) and requests' transit
+        (arrival to this actor), seconds: what a plan's jitter margin must cover."""
+        return {"lateness": [*self.late, *(x for lp in self.loops for x in lp.lateness)],
+                "transit": list(self.transit)}
 
     def stop(self) -> None:
         self._stop = True
@@ -129,6 +157,8 @@ class RunLog:
     rejected: dict[int, int]
     epochs: list[dict[str, Any]] = field(default_factory=list)
     answers: list[tuple[int, float, float | None]] = field(default_factory=list)   # session, arrival, latency
+    jitter: dict[str, list[float]] = field(default_factory=dict)   # NodeWorker.jitter over the live devices
+    retried: dict[int, int] = field(default_factory=dict)   # requests moved off a dead device, by session
 
 
 class Fleet:
@@ -140,18 +170,12 @@ class Fleet:
     """
 
     def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
-                 headroom: float = 0.0, slo_margin: float = 0.0) -> None:
+                 headroom: float = 0.0, slo_margin: float = 0.0, jitter_s: float = 0.0) -> None:
         ray = require_ray()
         self.ray, self.plan, self.kinds, self.seed = ray, plan, list(kinds), seed
-        self.headroom, self.slo_margin = headroom, slo_margin
+        self.headroom, self.slo_margin, self.jitter_s, self.quantile = headroom, slo_margin, jitter_s, plan.quantile
         self.sessions = list(plan.sessions)
-        self._own = not ray.is_initialized()
-        if self._own:
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
-                         include_dashboard=False, log_to_driver=False)
+        self._own = start_ray(kinds, address)
         self._actor_cls = ray.remote(NodeWorker)
         self.actors: list[Any] = []
         self.actor_kind: list[str] = []
@@ -224,29 +248,46 @@ class Fleet:
         self._probes = probes
         return sorted(died)
 
-    def replan(self, rates: dict[int, float], min_rate: float = 1.0) -> Plan:
-        """Nexus again on measured rates (each at least `min_rate`), over the devices still alive."""
+    def replan(self, rates: dict[int, float], measured: dict[int, float] | None = None,
+               min_rate: float = 1.0) -> Plan:
+        """Nexus again on `rates` (each at least `min_rate`), over the devices still alive.
+
+        When that plan leaves load unplaced and `measured` rates are given, the fleet is short of devices
+        for the extrapolated rates with headroom: the measured rates are planned with the headroom, half
+        of it, then none, and the first plan that places everything is taken (else the one that leaves
+        the fewest sessions without a node, then the least rate unplaced), so that a burst of one session
+        does not take every device and leave another with none.
+        """
         from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
 
         lost = {k.name: sum(1 for i in self.dead if self.actor_kind[i] == k.name) for k in self.kinds}
         kinds = [replace(k, count=k.count - lost[k.name]) for k in self.kinds]
-        sessions = [Session(s.model, max(rates.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
-        return plan(sessions, kinds, self.headroom, self.slo_margin)
+        tries = [(rates, self.headroom)]
+        if measured is not None:
+            tries += [(measured, self.headroom), (measured, self.headroom / 2), (measured, 0.0)]
+        best: tuple[tuple[int, float], Plan] | None = None
+        for r, h in tries:
+            sessions = [Session(s.model, max(r.get(s.index, 0.0), min_rate), s.slo_s) for s in self.sessions]
+            p = plan(sessions, kinds, h, self.slo_margin, self.jitter_s, self.quantile)
+            if not p.unplaced:
+                return p
+            served = {x.session for n in p.nodes for x in n.slots}
+            score = (sum(1 for s in p.sessions if s.index not in served), sum(u.rate for u in p.unplaced))
+            if best is None or score < best[0]:
+                best = (score, p)
+        assert best is not None
+        return best[1]
 
-    def capacity(self, session: int) -> float:
-        """Requests/s the current plan serves for a session: Σ batch / duty cycle over its nodes."""
-        return sum(s.batch / n.duty_s for n in self.plan.nodes for s in n.slots if s.session == session)
-
-    def should_move(self, rates: dict[int, float]) -> bool:
-        """Hysteresis: re-plan when a session outgrows the current plan (its capacity falls below
-        rate x (1 + headroom/2)) or when a re-plan would free a device and every session's capacity
-        exceeds twice its rate x (1 + headroom); not on every wiggle of a measured rate, since moving
-        sessions costs queues and model switches."""
+    def should_move(self, rates: dict[int, float]) -> str | None:
+        """Hysteresis: "grow" when a session outgrows the current plan (its capacity falls below
+        rate x (1 + headroom/2)), "shrink" when a re-plan would free a device and every session's capacity
+        exceeds twice its rate x (1 + headroom), else None; not on every wiggle of a measured rate, since
+        moving sessions costs queues and model switches."""
         need = {k: max(r, 1.0) for k, r in rates.items()}
-        if any(self.capacity(k) < r * (1 + self.headroom / 2) for k, r in need.items()):
-            return True
-        slack = all(self.capacity(k) > 2 * r * (1 + self.headroom) for k, r in need.items())
-        return slack and len(self.replan(rates).nodes) < len(self.plan.nodes)
+        if any(self.plan.capacity(k) < r * (1 + self.headroom / 2) for k, r in need.items()):
+            return "grow"
+        slack = all(self.plan.capacity(k) > 2 * r * (1 + self.headroom) for k, r in need.items())
+        return "shrink" if slack and len(self.replan(rates).nodes) < len(self.plan.nodes) else None
 
     def route(self, session: int, rng: random.Random) -> int | None:
         """The device that takes this request: at random in proportion to its share (None: unplaced)."""
@@ -261,12 +302,14 @@ class Fleet:
         `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
         Each epoch measures the rates (a rising one extrapolated to the end of the next epoch) and
         re-plans when `should_move` says so; a health check (four per epoch) that finds a device dead
-        re-plans at once. Requests to a dead device, or to none, are counted as rejected.
+        re-plans at once, and the requests in flight on the dead device (or sent to it before its death
+        was found) go to a live node of their session in the new plan (`_retry`). A request of a
+        session that has no live node is refused with an error: counted in `rejected`, never lost.
         """
         rng = random.Random(self.seed + 1)
         counts = {s.index: 0 for s in self.sessions}
         window = dict(counts)
-        refs: list[tuple[int, Any]] = []
+        refs: list[tuple[int, float, Any, int]] = []     # session, arrival, answer, device
         rejected = dict(counts)
         log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
         t0 = time.monotonic()
@@ -274,6 +317,7 @@ class Fleet:
         health_s = epoch_s / 4 if epoch_s else math.inf
         next_health, epoch_start = health_s, 0.0
         killed = False
+        planned = {s.index: s.rate for s in self.plan.sessions}     # the rates the current plan was made for
         for t, session in arrivals:
             while t >= min(next_epoch, next_health):
                 now = min(next_epoch, next_health)
@@ -288,8 +332,17 @@ class Fleet:
                     # the plan serves the next epoch, whose end is 1.5 epochs after the middle of the measured
                     # one: a rising rate is extrapolated that far (never planned below what was measured)
                     ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
-                    if died or self.should_move(ahead):
-                        self.apply(self.replan(ahead))
+                    why = "died" if died else self.should_move(ahead)
+                    if why:
+                        # a re-plan to grow (or after a death) keeps every session's planned rate where it was or
+                        # higher: one session outgrowing its nodes does not resize the others to a noisy dip of
+                        # their measured rates; sessions shrink only when a device can be freed
+                        if why != "shrink":
+                            ahead = {k: max(r, planned.get(k, 0.0)) for k, r in ahead.items()}
+                        self.apply(self.replan(ahead, rates))
+                        planned = ahead
+                    if died:
+                        self._retry(refs, set(died), rng, t0, log)
                     log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
                                        "nodes": len(self.plan.nodes),
                                        "devices": len(set(self.node_actor.values())),
@@ -313,8 +366,8 @@ class Fleet:
                 rejected[session] += 1
                 log.answers.append((session, t, None))
                 continue
-            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t)))   # latency from the arrival
-        for session, t, ref in refs:
+            refs.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))   # latency from arrival
+        for session, t, ref, _ in refs:
             try:
                 r = self.ray.get(ref)
             except self.ray.exceptions.RayError:
@@ -323,7 +376,32 @@ class Fleet:
                 continue
             log.latencies[session].append(r["done"] - r["sent"])
             log.answers.append((session, t, r["done"] - r["sent"]))
+        for i, a in enumerate(self.actors):
+            if i not in self.dead:
+                for key, xs in self.ray.get(a.jitter.remote()).items():
+                    log.jitter.setdefault(key, []).extend(xs)
         return log
+
+    def _retry(self, refs: list[tuple[int, float, Any, int]], died: set[int], rng: random.Random, t0: float,
+               log: RunLog) -> None:
+        """Send the requests that devices just found dead had not answered to a live node of their session
+        in the current plan (counted in log.retried); a session with no live node keeps them, and they are
+        refused when collected. Their latency still counts from their first arrival."""
+        for i, (session, t, ref, device) in enumerate(refs):
+            if device not in died:
+                continue
+            ready, _ = self.ray.wait([ref], timeout=0)
+            if ready:
+                try:
+                    self.ray.get(ref)
+                    continue                   # answered before the death
+                except self.ray.exceptions.RayError:
+                    pass
+            node = self.route(session, rng)
+            if node is None or node in self.dead:
+                continue
+            refs[i] = (session, t, self.actors[node].infer.remote(session, t0 + t), node)
+            log.retried[session] = log.retried.get(session, 0) + 1
 
     def run_poisson(self, seconds: float, seed: int = 0) -> tuple[dict[int, list[float]], dict[int, int]]:
         """Each session's placed rate as Poisson arrivals for `seconds`, no re-planning: (latencies, arrivals)."""

@@ -22,7 +22,7 @@ def plan_dict(plan: Plan, kinds: Sequence[DeviceKind]) -> dict[str, Any]:
             "switch_ms": n.switch_s * 1e3, "occupancy": n.occupancy, "saturated": n.saturated,
             "sessions": [{"session": s.session, "model": s.model, "rate": s.rate, "batch": s.batch,
                           "latency_ms": s.latency_s * 1e3, "occupancy": s.latency_s / n.duty_s,
-                          "served_rate": s.batch / n.duty_s, "slo_ms": s.slo_s * 1e3,
+                          "served_rate": s.batch / n.duty_s, "slo_ms": s.slo_s * 1e3, "quantile": s.quantile,
                           "worst_latency_ms": (n.duty_s + s.latency_s) * 1e3} for s in n.slots]})
     sessions = []
     for s in plan.sessions:
