@@ -232,10 +232,11 @@ def main(argv: list[str] | None = None) -> int:
                   + f"; worst structure |err| {max(x['worst_structure'] for x in loo)}")
     console.print(f"fitted TimingCosts(base={costs.base!r},\n            per_level={costs.per_level!r})")
     console.print("DEFAULT_COSTS " + ("equals the fit" if costs == DEFAULT_COSTS else "differs from the fit: paste it"))
-    picks = [(7168, 24, 37, 8), (8192, 38, 32, 8), (6144, 16, 50, 8), (4096, 64, 20, 8)]
-    for TR, TP, TC, bmax in picks:
-        est = design_timing(TR, TP, TC, bmax, DEFAULT_COSTS if DEFAULT_COSTS.base else costs)
-        console.print(f"DSE pick <{TR},{TP},{TC}> B{bmax}: {est.lut_levels} levels ({est.structure}); "
+    # the four picks of docs/dse.md ("Wave 2 picks", 2026-11-26): <TR, TP, TC>, Bmax, input banks
+    picks = [(3992, 14, 64, 8, 2), (5576, 52, 32, 8, 2), (5086, 18, 50, 8, 2), (5216, 32, 48, 8, 2)]
+    for TR, TP, TC, bmax, nb in picks:
+        est = design_timing(TR, TP, TC, bmax, DEFAULT_COSTS if DEFAULT_COSTS.base else costs, banks=nb)
+        console.print(f"DSE pick <{TR},{TP},{TC}> B{bmax} NB {nb}: {est.lut_levels} levels ({est.structure}); "
                       f"over {LEVEL_BUDGET}: {est.over_budget}")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "timing.csv", "w", newline="") as fh:
