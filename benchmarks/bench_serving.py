@@ -6,9 +6,12 @@ Starts `fluidnpu serve --device model` as a real process (127.0.0.1, free
 ports), then drives it with `fluidnpu edge` (tritonclient) over HTTP JSON,
 HTTP binary and gRPC streams at RATE requests/s, one sample per request;
 then a sustained run at 1,100 samples/s offered over gRPC streams for 10 s
-(the target is >= 1,000 answered per second, nothing rejected), and an overload
-run (10x the device's capacity under --pace board, --max-queue 16) with the
-server's resident memory before and after. Prints a table and writes
+(the target is >= 1,000 answered per second, nothing rejected), and two overload
+runs with the server's resident memory before and after: 5,000/s offered to the
+default design under --pace board (whose modelled board is faster than the host:
+the server's CPU is the capacity, and a client on the same cores offers ~1.4x it),
+and 10x the capacity of a slow board (digits-ee DSE'd for 1 DSP at 1.5 MHz, ~110
+samples/s, --pace board, SLO 200 ms), the issue's overload test. Prints a table and writes
 serving.json and serving.md to --out. Figures: requests/s answered, client
 p50/p99, the server's own overhead per request (handling time minus the
 scheduler's admission-to-exit time, from the response parameters), and the
@@ -27,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 from rich.console import Console
@@ -35,6 +39,22 @@ from rich.progress import Progress
 
 SUSTAINED = 1100.0
 OVERLOAD = "overload: 5000/s offered for 10 s, --max-queue 16"
+# A board slow enough that a client on the same cores can offer 10x its capacity: digits-ee DSE'd for one
+# DSP at 1.5 MHz (~110 samples/s), served with --pace board so each run takes the board's modelled time.
+SLOW_DSP, SLOW_CLOCK_MHZ, SLOW_SLO_MS = 1, 1.5, 200.0
+
+
+def slow_board_design(path: Path) -> float:
+    """Write the slow board's design bundle to `path`; returns its full-batch capacity (samples/s)."""
+    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.digits_ee import digits_ee, small_board
+    from fluidnpu.dse.search import DSEOptions, explore
+    from fluidnpu.scheduler_fw.latency import LatencyTable
+
+    bundle = bundle_from_result(explore(digits_ee(), small_board(SLOW_DSP), DSEOptions(bmax=4,
+                                                                                     clock_mhz=SLOW_CLOCK_MHZ)))
+    bundle.save(path)
+    return LatencyTable.from_bundle(bundle).full_batch_capacity()
 
 
 def _free_port() -> int:
@@ -85,7 +105,7 @@ def main() -> None:
     con = Console()
     rows: dict[str, dict] = {}
     with Progress(console=con) as prog:
-        task = prog.add_task("serving benchmark", total=6)
+        task = prog.add_task("serving benchmark", total=7)
         n = int(a.rate * a.duration)
         rep = serve_report(device="model", rate=a.rate, slo_ms=a.slo, samples=n)
         rows["in-process fluidnpu run"] = {"sent": rep["sent"], "answered": rep["answered"], "rejected": 0,
@@ -121,6 +141,25 @@ def main() -> None:
             prog.advance(task)
         finally:
             final_overload = stop_server(proc)
+        with tempfile.TemporaryDirectory() as tmp:
+            design = Path(tmp) / "slow.json"
+            capacity = slow_board_design(design)
+            name = (f"overload: 10x a slow board's capacity ({capacity:.0f}/s: 1 DSP at {SLOW_CLOCK_MHZ:g} MHz), "
+                    f"10 s, SLO {SLOW_SLO_MS:g} ms, --max-queue 16")
+            proc, info, gport = start_server("--design", str(design), "--slo", str(SLOW_SLO_MS), "--max-queue", "16",
+                                             "--pace", "board")
+            try:
+                rss0 = rss_kib(proc.pid)
+                r = run_swarm(f"127.0.0.1:{gport}", protocol="grpc-stream", devices=8, rate=10 * capacity,
+                              duration_s=10.0, slo_ms=SLOW_SLO_MS)
+                rss1 = rss_kib(proc.pid)
+                rows[name] = _row(r) | {
+                    "capacity_per_s": capacity, "offered_per_s": r["sent"] / 10.0,
+                    "server_rss_mib_before": rss0 / 1024, "server_rss_mib_after": rss1 / 1024,
+                    "server_p99_ms": r["server_latency_ms"]["p99"], "rejected_by_reason": r["rejected_by_reason"]}
+                prog.advance(task)
+            finally:
+                stop_server(proc)
     machine = (f"{platform.machine()}, {platform.processor() or platform.node()}, Python {platform.python_version()}, "
                f"{os.cpu_count()} logical CPUs")
     from rich.table import Table
@@ -142,6 +181,11 @@ def main() -> None:
     ov = rows[OVERLOAD]
     con.print(f"overload: server RSS {ov['server_rss_mib_before']:.1f} -> {ov['server_rss_mib_after']:.1f} MiB, "
               f"admitted p99 in the server {ov['server_p99_ms']:.2f} ms, rejected {ov['rejected_by_reason']}")
+    slow = rows[name]
+    con.print(f"slow board: capacity {slow['capacity_per_s']:.0f}/s, offered {slow['offered_per_s']:.0f}/s "
+              f"({slow['offered_per_s'] / slow['capacity_per_s']:.1f}x), server RSS {slow['server_rss_mib_before']:.1f}"
+              f" -> {slow['server_rss_mib_after']:.1f} MiB, admitted p99 in the server {slow['server_p99_ms']:.2f} ms "
+              f"(SLO {SLOW_SLO_MS:g}), rejected {slow['rejected_by_reason']}, lost {slow['lost']}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "serving.json").write_text(json.dumps({"machine": machine, "rate": a.rate, "slo_ms": a.slo, "rows": rows,

@@ -197,8 +197,11 @@ class ServingEngine:
         self.running = False
         self.loop_error: Optional[BaseException] = None
         self.report: Any = None
-        # fastest a sample can leave (first exit alone) and the device time per sample at full batches
-        self._first_exit_s = table.span(0, 0, 1)
+        # the longest a lone sample can take (every segment: it may leave at the last exit; the exit is not
+        # known at admission, and on a slow board a first-exit estimate admits what the last exit then misses)
+        # and the device time per sample at full batches
+        self._path_s = table.span(0, table.n_segments - 1, 1)
+        self._table = table
         self._full_batch_s = 1.0 / table.full_batch_capacity()
         # measured wall time per answered sample while busy (the table does not see the transports' share of
         # the CPU): admission uses the larger of the two
@@ -268,10 +271,17 @@ class ServingEngine:
 
     def predicted_s(self, n: int = 1) -> tuple[float, float]:
         """Admission's estimate for a request of `n` samples: (admission to its last exit from the queue
-        alone: the first exit plus every sample ahead and its own at the measured service time; the
+        alone: one sample's whole path plus every sample ahead and its own at the measured service time, or,
+        if longer, the batches of Bmax ahead through the first segment and its own batch's whole path; the
         whole time in the server: that plus the measured residual, at CALIB_QUANTILE of the last requests,
         of the server's time over that estimate: the transports' share and the CPU the estimate misses)."""
-        q = self._first_exit_s + (self.inflight + n - 1) * max(self._full_batch_s, self._svc_s)
+        k = self.inflight + n
+        q = self._path_s + (k - 1) * max(self._full_batch_s, self._svc_s)
+        # the same queue served in batches of Bmax: the batches ahead each hold the first segment, then the
+        # request's own batch runs its whole path (on a slow board this, not the throughput, sets the tail)
+        t, bmax = self._table, self._table.bmax
+        batched = (-(-k // bmax) - 1) * t.span(0, 0, bmax) + t.span(0, t.n_segments - 1, min(k, bmax))
+        q = max(q, batched)
         return q, q + self.calib_residual_s
 
     def submit_request(self, xs: np.ndarray, deadline_s: Optional[float], notify: Callable[[Ticket], None],
