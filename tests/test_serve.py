@@ -431,6 +431,38 @@ def _engine(data, **kw):
     return build_engine(drv, cfg)[0], drv
 
 
+def test_admission_estimate_covers_the_last_exit_and_the_batches_ahead(data):
+    """On a slow board (1 DSP at 1.5 MHz: batches take tens of ms) a lone sample is priced for its whole
+    path, not its first exit (the exit is unknown at admission), and a queue of k samples for the batches of
+    Bmax ahead through the first segment plus its own batch's whole path: what the benchmark's overload at
+    10x this board's capacity needs for admitted requests to meet the SLO."""
+    from fluidnpu import digits_ee as D
+    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.dse.search import DSEOptions, explore
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.scheduler_fw.latency import LatencyTable
+    from fluidnpu.serving.server import build_engine
+
+    qnet, xte, _ = data
+    bundle = bundle_from_result(explore(D.digits_ee(), D.small_board(1), DSEOptions(bmax=4, clock_mhz=1.5)))
+    drv = NpuDriver(ModelDevice(bundle), bundle)
+    cfg = {"qnet": qnet, "bundle": bundle, "bmax": 4, "tau": 0.8, "model": MODEL, "device": "model",
+           "policy": "fluidb", "slo_s": 0.2, "max_queue": 16, "pace": "board", "probe": xte[:1],
+           "timeout_s": 2.0, "calib_sizes": [1], "calib_reps": 1}
+    engine = build_engine(drv, cfg)[0]
+    t = engine.table                                              # paced: at least the board's modelled times
+    assert t.span(0, 0, 1) >= LatencyTable.from_bundle(bundle).span(0, 0, 1)
+    last = t.n_segments - 1
+    assert t.span(0, last, 1) > 2 * t.span(0, 0, 1)            # the last exit is far behind the first
+    raw, _ = engine.predicted_s(1)
+    assert raw >= t.span(0, last, 1)
+    engine.inflight = 12                                          # 13 samples: 3 batches of 4 ahead
+    raw, _ = engine.predicted_s(1)
+    assert raw >= 3 * t.span(0, 0, 4) + t.span(0, last, 4) > 12 * (1 / t.full_batch_capacity())
+    engine.inflight = 0
+
+
 def test_admission_rejects_what_cannot_meet_its_deadline(data):
     """A request whose predicted completion (queue ahead at the measured service time, plus the measured
     residual) is past its deadline, or beyond the in-flight limit that admitted requests' missed deadlines
