@@ -200,6 +200,12 @@ class LayerCosts:
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
     skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
 
+    @property
+    def zero_row(self) -> np.ndarray:
+        """Read cycles of one padding row of a short group: every run a zero-fill command, one
+        response and no beat (hw/sequencer.py's fetcher, `rd_cmd_zero`)."""
+        return self.bus.stream(self.in_runs, self.in_runs)
+
     def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike) -> np.ndarray:
         """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias, for `groups`
         sample groups side by side. Every group's copy is a read of its own (the core has no
@@ -292,7 +298,8 @@ class LayerCosts:
         """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
         return tile.first_weights + np.asarray(t) * groups * self.in_row / self.n_p
 
-    def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0) -> np.ndarray:
+    def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
+              pad: ArrayLike = 0.0) -> np.ndarray:
         """One row block of t rows, a column tile, `groups` sample groups side by side.
 
         The fetcher issues the reads of each step (F cycles: one command a cycle,
@@ -301,16 +308,18 @@ class LayerCosts:
         step's data streams into the half the core releases as it starts the
         next step. `extra`: fetcher cycles spent before the block (a new pass's
         set-up). The writer drains the previous block on the write channel
-        meanwhile.
+        meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
+        group units): zero-fill reads and no write-back.
         """
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        fetch = (tile.weights + t * groups * self.in_row + self.n_p * tm.step_overhead + tm.block_overhead
+        rows_in = groups * self.in_row - np.asarray(pad) * (self.in_row - self.zero_row)
+        fetch = (tile.weights + t * rows_in + self.n_p * tm.step_overhead + tm.block_overhead
                  + np.asarray(extra))
         compute = self.n_p * t
         balance = (fetch + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
         steps = np.maximum(np.maximum(compute, fetch), balance)
-        return np.maximum(steps, t * groups * tile.out_row)
+        return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
@@ -324,13 +333,14 @@ class LayerCosts:
         the fetch."""
         return self.timing.dma_latency + 1 + np.minimum(np.asarray(t_prev), self.first_step(t_next, tile, groups))
 
-    def drain(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, step: ArrayLike = 0.0) -> np.ndarray:
+    def drain(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, step: ArrayLike = 0.0,
+              pad: ArrayLike = 0.0) -> np.ndarray:
         """After the last row: the pipeline empties and the last block is written out.
         `step`: the last block's step time, of which only its t rows of compute follow
-        the last step's data (the model's body counts whole steps)."""
+        the last step's data (the model's body counts whole steps); `pad` as in `block`."""
         fill = self.timing.fill_base + np.ceil(np.log2(self.TPk))
         t = np.asarray(t)
-        return fill + t * groups * tile.out_row - np.maximum(np.asarray(step) - t, 0)
+        return fill + t * (groups - np.asarray(pad)) * tile.out_row - np.maximum(np.asarray(step) - t, 0)
 
 
 def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, packed: ArrayLike,
@@ -504,6 +514,7 @@ class LayerSetup:
     last_g: TileCosts            # the last column tile, g groups
     last_h: TileCosts            # ... h groups
     first: TileCosts             # the layer's first pass: full_h where it is the only pass, else full_g
+    pad: np.ndarray              # the last pass's padding rows, in group units (`LayerCosts.block`)
 
 
 def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int,
@@ -521,13 +532,16 @@ def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int,
     npass = _ceil_div(np.int64(BP), g)
     h = BP - (npass - 1) * g            # groups in the last pass
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
+    # beside others, a partial group streams the pass's rows: the rest of its share is padding (zero-fill
+    # reads, no write-back), spread evenly over the pass's blocks
+    pad = np.where(h > 1, (BR - n_last) / BR, 0.0)
     # every group of a pass reads its own copy of the tile's weights and bias (no replication network)
     tile = mode.costs.tile
     full_g, full_h = tile(mode.w_full, g), tile(mode.w_full, h)
     return LayerSetup(mode, R, G, b, BR, BP, packed, g, h, npass, BR * R, rows_last, (npass > 1) & (h != g),
                       full_g, full_h, tile(mode.w_last, g), tile(mode.w_last, h),
                       TileCosts(*(np.where(npass == 1, a, b) for a, b in zip(astuple_shallow(full_h),
-                                                                             astuple_shallow(full_g)))))
+                                                                             astuple_shallow(full_g)))), pad)
 
 
 def _split(rows: np.ndarray, tre: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -598,16 +612,16 @@ class LayerParts:
 def _body(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     m, costs, timing = setup.mode, setup.mode.costs, setup.mode.costs.timing
 
-    def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray) -> np.ndarray:
+    def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray, pad: ArrayLike = 0.0) -> np.ndarray:
         """Every group of the pass streams all the pass's rows (a short group's extra rows
-        are padding), so each block costs the same per row."""
+        are padding, priced evenly over the blocks), so each block costs the same per row."""
         n, s, big = split
-        return (n - big) * costs.block(s, tile, groups) + big * costs.block(s + 1, tile, groups)
+        return (n - big) * costs.block(s, tile, groups, pad=pad) + big * costs.block(s + 1, tile, groups, pad=pad)
 
     def column_tile_cycles(by_g: TileCosts, by_h: TileCosts) -> np.ndarray:
         # each pass: its fetcher set-up (a cycle, one per group) before its first block
         full_pass = pass_cycles(rb.full, by_g, setup.g) + timing.pass_overhead + setup.g
-        last_pass = pass_cycles(rb.last, by_h, setup.h) + timing.pass_overhead + setup.h
+        last_pass = pass_cycles(rb.last, by_h, setup.h, setup.pad) + timing.pass_overhead + setup.h
         return (setup.npass - 1) * full_pass + last_pass + 1
 
     return (m.nct - 1) * column_tile_cycles(setup.full_g, setup.full_h) + column_tile_cycles(setup.last_g,
@@ -631,8 +645,8 @@ def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
 
 def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     m, s_l = setup.mode, rb.last[1]
-    last_block = m.costs.block(s_l, setup.last_h, setup.h)
-    return m.costs.drain(s_l, setup.last_h, setup.h, last_block / m.costs.n_p)
+    last_block = m.costs.block(s_l, setup.last_h, setup.h, pad=setup.pad)
+    return m.costs.drain(s_l, setup.last_h, setup.h, last_block / m.costs.n_p, pad=setup.pad)
 
 
 def _plan(setup: LayerSetup, TR: ArrayLike, tre: RowBlocks) -> np.ndarray:

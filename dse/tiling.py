@@ -139,6 +139,7 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
                         bias_chunk(sched.TP, sched.TC))
     total = 0.0
     prev = None
+    pad = 0.0
     for blk in sched.blocks:
         tile = costs.tile(blk.c1 - blk.c0, blk.pass_groups)
         new_tile = prev is None or blk.c0 != prev.c0
@@ -150,17 +151,28 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
             if prev is not None and blk.pass_groups != prev.pass_groups:
                 # another group count: the core empties before the pass's first step
                 total += float(costs.regroup(prev.rows, blk.rows, tile, blk.pass_groups))
-        # every group of the pass streams the block's rows (a short group's are padding)
-        total += float(costs.block(blk.rows, tile, blk.pass_groups))
+            pad = _pass_padding(sched, blk)
+        # every group of the pass streams the block's rows (a short group's are padding: zero-fill
+        # reads and no write-back, priced evenly over the pass's blocks as the closed form does)
+        total += float(costs.block(blk.rows, tile, blk.pass_groups, pad=pad))
         prev = blk
     first, last = sched.blocks[0], sched.blocks[-1]
     total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0, first.pass_groups),
                                   first.pass_groups))
     last_tile = costs.tile(last.c1 - last.c0, last.pass_groups)
-    last_block = float(costs.block(last.rows, last_tile, last.pass_groups))
-    total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p)))
+    last_block = float(costs.block(last.rows, last_tile, last.pass_groups, pad=pad))
+    total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p), pad=pad))
     total += planning_cycles(sched) + 3 * float(costs.bus.cycles(16, 1, 16))
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
+
+
+def _pass_padding(sched: LayerSchedule, first: Block) -> float:
+    """The padding of the pass that starts with block `first`, in group units: a short group (fewer than
+    BR samples) beside others streams the pass's BR*R rows, the rest of its share padding."""
+    if first.pass_groups < 2:
+        return 0.0
+    short = min(len(sl.samples) for sl in first.slices)
+    return (sched.BR - short) / sched.BR
 
 
 def run_schedule(sched: LayerSchedule, X: np.ndarray, W: np.ndarray, R: int) -> np.ndarray:

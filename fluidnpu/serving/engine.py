@@ -78,13 +78,11 @@ class QueueSource(ArrivalSource):
         self._items: list[tuple[float, Any]] = []
         self.closed = False
 
-    def push(self, payloads: list[Any]) -> float:
-        """Arrivals of one request, all at the same time (returned)."""
+    def push(self, payloads: list[Any], t: float) -> None:
+        """Arrivals of one request, all at time `t` (time.monotonic())."""
         with self._cv:
-            t = time.monotonic()
             self._items.extend((t, p) for p in payloads)
             self._cv.notify()
-        return t
 
     def close(self) -> None:
         with self._cv:
@@ -312,9 +310,12 @@ class ServingEngine:
             if self.metrics:
                 self.metrics.admitted.inc(n)
                 self.metrics.queue_depth.set(self.inflight)
-        arrival = self.source.push(ps)
+        # the arrival is set before the samples are visible: the scheduler thread may run and answer them
+        # before push returns
+        arrival = time.monotonic()
         for p in ps:
             p.arrival = arrival
+        self.source.push(ps, arrival)
         return t
 
     def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:
