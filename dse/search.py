@@ -2,8 +2,9 @@
 
     d* = argmax_d  sum_b  w_b * max_{k, BR} perf_W(d, b, k, BR)
 
-Every <TR, TP, TC> that fits the board is visited: every <TP, TC> with
-TP*TC <= DSPs and every TR up to the largest that fits it. The cycles are not
+Every <TR, TP, TC> that fits the board is visited, at every input-bank count NB
+the batching can use (docs/interpretations.md, "Bank count"): every <TP, TC> with
+TP*TC <= DSPs and every TR up to the largest that fits it with NB banks. The cycles are not
 monotone in TR (a layer's first step and last write-out grow with its blocks),
 so the search scores some designs and bounds the others, by branch and bound
 over ranges of TR (`branch_and_bound`; the bound and its proof:
