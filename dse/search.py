@@ -453,10 +453,13 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
         need = buffers_bram36(TR, TP, TC, options.bmax, banks=nb)
         raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks does not fit {board.name} at Bmax "
                          f"{options.bmax}: " + "; ".join(over_limits(res, board, need)))
-    weights = options.batch_weights()
-    results = [_finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
-                       t0=time.perf_counter(), banks=nb) for nb in fits]
-    return max(results, key=lambda r: (float(np.dot(weights, r.gops)), -r.NB))
+    t0 = time.perf_counter()
+    reps, counts = unique_layers(workload.layers())
+    d = (np.array([TR]), np.array([TP]), np.array([TC]))
+    scores = [Scorer(LayerShapes.of(reps), counts, options, board.bus(clock), clock, float(workload.total_macs),
+                     nb).score_bound(d[0], *d)[0][0] for nb in fits]
+    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i]))
+    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1, t0=t0, banks=fits[best])
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,

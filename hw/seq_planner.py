@@ -20,8 +20,8 @@ from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
 from fluidnpu.hw.divider import SeqDivider
 from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_entry_bits, k_dims,
                                 supported_k_codes)
-from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, register_ports, desc_chunk_layout, plan_layout,
-                                     read_cmd_layout, tag_layout)
+from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, desc_chunk_layout, plan_layout, read_cmd_layout,
+                                     register_ports, store_control_params)
 
 
 class SeqPlanner(wiring.Component):
@@ -35,9 +35,8 @@ class SeqPlanner(wiring.Component):
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
                  stackable: bool = True) -> None:
-        self.TR, self.TP, self.TC, self.NB, self.bmax, self.layers, self.nmax = TR, TP, TC, NB, bmax, layers, nmax
-        self.stackable = stackable
-        self.tag = tag_layout(NB, TR, TP, TC, nmax)
+        store_control_params(self, TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, layers=layers, nmax=nmax,
+                             stackable=stackable)
         super().__init__({
             **register_ports(bmax, layers), "mac_active": In(1),
             "rd_error": In(1), "wr_error": In(1),

@@ -22,6 +22,14 @@ DESC_CMD_WORDS = 16                     # 16-bit words per descriptor read comma
 ADDR = 32
 
 
+def store_control_params(obj: object, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
+                         stackable: bool) -> None:
+    """The build parameters the Sequencer and its planner keep (and the DMA tag they imply)."""
+    obj.TR, obj.TP, obj.TC, obj.NB, obj.bmax, obj.layers, obj.nmax = TR, TP, TC, NB, bmax, layers, nmax  # type: ignore[attr-defined]
+    obj.stackable = stackable  # type: ignore[attr-defined]
+    obj.tag = tag_layout(NB, TR, TP, TC, nmax)  # type: ignore[attr-defined]
+
+
 def register_ports(bmax: int, layers: int) -> dict[str, wiring.Member]:
     """The control unit's ports to the register block (hw/registers.py): the run's start and
     parameters, the FBCB read port, and the status the registers report. The Sequencer has them

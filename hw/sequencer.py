@@ -35,7 +35,7 @@ from fluidnpu.hw.regmap import fbcb_entry_bits
 from fluidnpu.hw.seq_fetcher import SeqFetcher
 from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner
-from fluidnpu.hw.seq_streams import ADDR, register_ports, tag_layout
+from fluidnpu.hw.seq_streams import ADDR, register_ports, store_control_params
 from fluidnpu.hw.seq_writer import SeqWriter
 
 
@@ -51,9 +51,8 @@ class Sequencer(wiring.Component):
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
                  stackable: bool = True) -> None:
-        self.TR, self.TP, self.TC, self.NB, self.bmax, self.layers, self.nmax = TR, TP, TC, NB, bmax, layers, nmax
-        self.stackable = stackable
-        self.tag = tag_layout(NB, TR, TP, TC, nmax)
+        store_control_params(self, TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, layers=layers, nmax=nmax,
+                             stackable=stackable)
         super().__init__({
             # registers
             **register_ports(bmax, layers),

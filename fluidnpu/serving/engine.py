@@ -198,8 +198,9 @@ class ServingEngine:
         # the longest a lone sample can take (every segment: it may leave at the last exit; the exit is not
         # known at admission, and on a slow board a first-exit estimate admits what the last exit then misses)
         # and the device time per sample at full batches
-        self._path_s = table.span(0, table.n_segments - 1, 1)
-        self._table = table
+        last, self._bmax = table.n_segments - 1, table.bmax
+        self._path_s = [table.span(0, last, b) for b in range(1, self._bmax + 1)]   # index b - 1
+        self._seg0_full_s = table.span(0, 0, self._bmax)
         self._full_batch_s = 1.0 / table.full_batch_capacity()
         # measured wall time per answered sample while busy (the table does not see the transports' share of
         # the CPU): admission uses the larger of the two
@@ -274,11 +275,10 @@ class ServingEngine:
         whole time in the server: that plus the measured residual, at CALIB_QUANTILE of the last requests,
         of the server's time over that estimate: the transports' share and the CPU the estimate misses)."""
         k = self.inflight + n
-        q = self._path_s + (k - 1) * max(self._full_batch_s, self._svc_s)
+        q = self._path_s[0] + (k - 1) * max(self._full_batch_s, self._svc_s)
         # the same queue served in batches of Bmax: the batches ahead each hold the first segment, then the
         # request's own batch runs its whole path (on a slow board this, not the throughput, sets the tail)
-        t, bmax = self._table, self._table.bmax
-        batched = (-(-k // bmax) - 1) * t.span(0, 0, bmax) + t.span(0, t.n_segments - 1, min(k, bmax))
+        batched = (-(-k // self._bmax) - 1) * self._seg0_full_s + self._path_s[min(k, self._bmax) - 1]
         q = max(q, batched)
         return q, q + self.calib_residual_s
 
