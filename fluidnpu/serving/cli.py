@@ -11,7 +11,7 @@ from typing import Any, Optional
 import click
 
 
-@click.command("serve", short_help="Serve the NPU over KServe v2 (HTTP + gRPC) to edge devices.")
+@click.command("serve", short_help="Serve the NPU (or a fleet, --fleet) over KServe v2 to edge devices.")
 @click.option("--device", type=click.Choice(["model", "rtl", "pynq", "devmem"]), default="model", show_default=True,
               help="model: bit-accurate numpy NPU; rtl: Verilator sim; pynq: flash --bitstream; devmem: UIO")
 @click.option("--model", "-m", default="digits-ee", show_default=True, help="runtime model")
@@ -33,16 +33,58 @@ import click
               help="hold each run for the board's modelled time (ModelDevice on a PC)")
 @click.option("--stop-after", type=float, default=None,
               help="drain and exit after this many seconds (scripts; --device rtl, where SIGTERM cannot reach it)")
+@click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False), default=None,
+              help="serve a fleet (with --sessions): the `fluidnpu plan` fleet file; needs the 'fleet' extra")
+@click.option("--sessions", "sessions_path", type=click.Path(dir_okay=False), default=None,
+              help="with --fleet: the sessions file (model, rate, SLO) the fleet is planned for")
+@click.option("--address", default=None, help="with --fleet: join this Ray cluster instead of starting a local one")
+@click.option("--epoch", "epoch_s", type=float, default=None,
+              help="with --fleet: re-plan every this many seconds on the measured rates (default 5; 0: only "
+                   "when a device dies)")
 @click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
-def serve_cmd(device: str, model: str, design: Optional[str], bitstream: Optional[str], uio: str, policy: str,
-              slo: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
+@click.pass_context
+def serve_cmd(ctx: click.Context, device: str, model: str, design: Optional[str], bitstream: Optional[str], uio: str,
+              policy: str, slo: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
               grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-              pace: Optional[str], stop_after: Optional[float], as_json: bool) -> None:
-    """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM."""
+              pace: Optional[str], stop_after: Optional[float], fleet_path: Optional[str],
+              sessions_path: Optional[str], address: Optional[str], epoch_s: Optional[float], as_json: bool) -> None:
+    """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM.
+
+    With --fleet and --sessions: the Nexus plan of the sessions over the fleet, on Ray, behind one KServe v2
+    HTTP endpoint (a Ray Serve deployment; docs/fleet.md)."""
     from fluidnpu.output import emit_json, err
     from fluidnpu.errors import FluidError
     from fluidnpu.serving.server import serve_command
 
+    if fleet_path or sessions_path:
+        if not (fleet_path and sessions_path):
+            raise FluidError("--fleet and --sessions go together")
+        one_device = [f"--{n.replace('_', '-')}" for n in ("device", "model", "design", "bitstream", "uio", "policy",
+                                                           "slo", "max_queue", "bmax", "grpc_port", "token_file",
+                                                           "tls_cert", "tls_key", "pace")
+                      if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
+        if one_device:
+            raise FluidError(f"{', '.join(one_device)}: one device's options; with --fleet the fleet file names "
+                             f"the devices and the sessions file the models and SLOs")
+        from fluidnpu.serving.fleet import serve_fleet_command
+
+        try:
+            rep = serve_fleet_command(fleet_path=fleet_path, sessions_path=sessions_path, address=address,
+                                      epoch_s=5.0 if epoch_s is None else epoch_s, host=host, http_port=http_port,
+                                      stop_after_s=stop_after, tau=tau)
+        except OSError as exc:
+            raise FluidError(f"cannot serve the fleet: {exc}") from None
+        if as_json:
+            emit_json(rep)
+        else:
+            c = rep["counters"]
+            err.print(f"drained: requests {c.get('requests', 0)}, answered {c.get('answered', 0)}, retried "
+                      f"{c.get('retried', 0)}, errors {c.get('errors', 0)}, rejected "
+                      + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_"))
+                      + f"; devices lost {len(rep['dead'])}")
+        return
+    if address is not None or epoch_s is not None:
+        raise FluidError("--address and --epoch are options of a fleet (--fleet F.json --sessions S.json)")
     try:
         rep = serve_command(device=device, design=design, bitstream=bitstream, model=model, policy=policy,
                             slo_ms=slo, max_queue=max_queue, tau=tau, bmax=bmax, host=host, http_port=http_port,

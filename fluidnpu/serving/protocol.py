@@ -28,21 +28,31 @@ class BadRequest(ValueError):
 
 
 class ServedModel:
-    """Name, version, input shape and metadata of the model the server runs."""
+    """Name, version, input shape and metadata of the model the server runs.
 
-    def __init__(self, name: str, input_hwc: Sequence[int], n_classes: int, n_exits: int) -> None:
+    `emulated`: a model the server has no weights for (a fleet's zoo models on emulated boards): its only
+    output is `exit`, the exit segment each sample left at, and its metadata says so."""
+
+    def __init__(self, name: str, input_hwc: Sequence[int], n_classes: int, n_exits: int,
+                 emulated: bool = False) -> None:
         self.name = name
         self.version = "1"
         self.input_hwc = tuple(int(v) for v in input_hwc)
         self.n_classes = int(n_classes)
         self.n_exits = int(n_exits)
+        self.emulated = emulated
+        self.outputs = ("exit",) if emulated else OUTPUTS
 
     def metadata(self) -> dict[str, Any]:
-        return {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
+        outs = {"class": {"name": "class", "datatype": "INT32", "shape": [-1]},
+                "exit": {"name": "exit", "datatype": "INT32", "shape": [-1]},
+                "logits": {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}}
+        meta = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
                 "inputs": [{"name": INPUT, "datatype": "FP32", "shape": [-1, *self.input_hwc]}],
-                "outputs": [{"name": "class", "datatype": "INT32", "shape": [-1]},
-                            {"name": "exit", "datatype": "INT32", "shape": [-1]},
-                            {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}]}
+                "outputs": [outs[n] for n in self.outputs]}
+        if self.emulated:
+            meta["parameters"] = {"emulated": True}
+        return meta
 
     def check_name(self, name: str, version: Optional[str] = None) -> None:
         if name != self.name:
@@ -82,9 +92,10 @@ class ServedModel:
 
     def check_outputs(self, names: Sequence[str]) -> list[str]:
         for n in names:
-            if n not in OUTPUTS:
-                raise BadRequest(f"unknown output {n!r}; the model's outputs are {', '.join(OUTPUTS)}")
-        return list(names) or list(OUTPUTS)
+            if n not in self.outputs:
+                raise BadRequest(f"unknown output {n!r}; the model's outputs are {', '.join(self.outputs)}"
+                                 + (" (emulated: no weights, no class scores)" if self.emulated else ""))
+        return list(names) or list(self.outputs)
 
 
 class NotFound(BadRequest):

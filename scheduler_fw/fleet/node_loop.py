@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 import math
 import random
-from typing import Any
+from typing import Any, Callable
 
 from fluidnpu.scheduler_fw.fleet.nexus import Node, Profile
 from fluidnpu.scheduler_fw.serving import Clock
@@ -27,24 +27,42 @@ from fluidnpu.scheduler_fw.serving import Clock
 
 def batch_seconds(p: Profile, n: int, rng: random.Random) -> float:
     """One batch of n samples: each exit segment at the samples still in the batch (drawn), or ℓ(n)."""
+    return batch_exits(p, n, rng)[0]
+
+
+def batch_exits(p: Profile, n: int, rng: random.Random) -> tuple[float, list[int]]:
+    """One batch of n samples on the perf model: (seconds, each sample's exit segment, drawn from the exit
+    rates). A profile without segments (a GPU's) takes ℓ(n) and answers every sample at its last exit (0)."""
     if not p.segments:
-        return p.latency(n)
-    t, left, reach = 0.0, n, 1.0
-    for row, e in zip(p.segments, p.exit_rates):
-        if left <= 0:
+        return p.latency(n), [0] * n
+    t, reach = 0.0, 1.0
+    left = list(range(n))
+    exits = [len(p.segments) - 1] * n
+    for s, (row, e) in enumerate(zip(p.segments, p.exit_rates)):
+        if not left:
             break
-        t += row[min(left, len(row)) - 1]
+        t += row[min(len(left), len(row)) - 1]
         q = min(1.0, e / reach) if reach > 0 else 1.0
-        left -= sum(1 for _ in range(left) if rng.random() < q)
+        stay = []
+        for i in left:
+            if rng.random() < q:
+                exits[i] = s
+            else:
+                stay.append(i)
+        left = stay
         reach -= e
-    return t
+    return t, exits
 
 
 class DutyCycleNode:
     """A plan's node over a clock: `submit` requests by session, `cycle()` runs one duty cycle."""
 
-    def __init__(self, node: Node, profiles: dict[str, Profile], clock: Clock, rng: random.Random) -> None:
+    def __init__(self, node: Node, profiles: dict[str, Profile], clock: Clock, rng: random.Random,
+                 execute: Callable[[str, Profile, list[Any], random.Random], float] | None = None) -> None:
         self.node, self.profiles, self.clock, self.rng = node, profiles, clock, rng
+        # execute(model, profile, tokens, rng) runs one batch (e.g. on a device) and returns its modelled
+        # seconds, which the loop holds the batch for; without it a batch takes batch_seconds
+        self.execute = execute
         self.order = sorted(range(len(node.slots)), key=lambda i: (node.slots[i].model, i))
         self.multi = len({s.model for s in node.slots}) > 1
         self.offsets: list[float] = []
@@ -95,7 +113,9 @@ class DutyCycleNode:
             while q and q[0][0] <= now and len(batch) < s.batch:
                 batch.append(q.popleft())
             if batch:
-                clock.sleep_until(now + batch_seconds(p, len(batch), self.rng))
+                run_s = (batch_seconds(p, len(batch), self.rng) if self.execute is None
+                         else self.execute(s.model, p, [tok for _, tok in batch], self.rng))
+                clock.sleep_until(now + run_s)
                 end = clock.now()
                 done.extend((s.session, a, end, tok) for a, tok in batch)
         self.next_start = max(clock.now(), start + node.duty_s)

@@ -83,10 +83,9 @@ def npu_switch_seconds(bundle: Any, workload: Any, mmio_write_ns: float = MMIO_W
     return t
 
 
-def npu_segment_seconds(bundle: Any, workload: Any) -> list[list[float]]:
-    """T_s(b) of `workload` on the bundle's design: the bundle's own table, or the perf model's on that design."""
-    if workload.to_dict() == bundle.workload.to_dict():
-        return bundle.latency_table()
+def design_result(bundle: Any, workload: Any) -> Any:
+    """The DSE result of `workload` on the bundle's design: the same <TR, TP, TC> at the bundle's clock,
+    Bmax, batching, stackable PEs, engine timing and banks (`fluidnpu.dse.search.evaluate_design`)."""
     from fluidnpu.dse.search import DSEOptions, evaluate_design
 
     have, need = len(bundle.workload.layers()), len(workload.layers())
@@ -97,7 +96,24 @@ def npu_segment_seconds(bundle: Any, workload: Any) -> list[list[float]]:
     opts = DSEOptions(bmax=bundle.bmax, batching=d["batching"], stackable=d["stackable"], timing=bundle.timing,
                       clock_mhz=bundle.clock_mhz, banks=bundle.banks)
     TR, TP, TC = bundle.design
-    res = evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True)
+    return evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True)
+
+
+def bundle_on_design(bundle: Any, workload: Any) -> Any:
+    """The bundle of `workload` on `bundle`'s design (the bundle itself for its own model): what a device
+    of that design loads to run the model (its FBCB, descriptors and tables)."""
+    if workload.to_dict() == bundle.workload.to_dict():
+        return bundle
+    from fluidnpu.bundle import bundle_from_result
+
+    return bundle_from_result(design_result(bundle, workload))
+
+
+def npu_segment_seconds(bundle: Any, workload: Any) -> list[list[float]]:
+    """T_s(b) of `workload` on the bundle's design: the bundle's own table, or the perf model's on that design."""
+    if workload.to_dict() == bundle.workload.to_dict():
+        return bundle.latency_table()
+    res = design_result(bundle, workload)
     return [[c / (bundle.clock_mhz * 1e6) for c in row] for row in res.segment_cycles()]
 
 

@@ -11,10 +11,18 @@ exits), i.e. an emulated board. A driver-side router sends every request of a
 session to one of the session's nodes, at random in proportion to the
 nodes' shares of its rate.
 
-On one machine `Fleet` starts a local Ray with those resources; `address`
-joins a running cluster instead (which must declare them).
+A node that serves a model with a runtime (digits-ee) and is sent the
+request's input runs it for real: NetworkRuntime on an NpuDriver over a
+ModelDevice of that model's bundle on the node's design, each batch held for
+its modelled cycles at the board clock; other models (zoo models without
+weights) and requests without inputs (`fluidnpu plan --run`) pace the perf
+model's batch time and answer only the exit segment, drawn from the exit rates.
 
-Not built yet (docs/fleet.md): the Ray Serve ingress behind `fluidnpu serve`.
+On one machine `Fleet` starts a local Ray with those resources; `address`
+joins a running cluster instead (which must declare them). The epoch logic
+(`Fleet.step`: measured rates, hysteresis, re-plan, a dead device) is shared by
+the driver loop of `fluidnpu plan --run` (`Fleet.run`) and the KServe v2
+ingress of `fluidnpu serve --fleet` (fluidnpu/serving/fleet.py).
 The @serve.batch baseline on the same emulated boards is fleet/serve_batch.py.
 """
 
@@ -62,6 +70,44 @@ def resource_name(device: str) -> str:
     return "fluidnpu_" + re.sub(r"[^A-Za-z0-9_.-]", "_", device)
 
 
+ACTOR_NAMESPACE = "fluidnpu"
+
+
+@dataclass(eq=False)
+class Job:
+    """One sample queued on a node: its input (None: emulated), the future its answer resolves, and the
+    batch's figures the execute hook writes (exit, class scores, batch start, modelled seconds)."""
+
+    fut: Future
+    x: Any = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+class DeviceRuntime:
+    """A runtime model on the node's device: NetworkRuntime on an NpuDriver over a ModelDevice of the model's
+    bundle on the node's design, and that design's clock (to turn modelled cycles into seconds)."""
+
+    def __init__(self, model: str, bundle_data: dict[str, Any], tau: float) -> None:
+        from fluidnpu.bundle import Bundle
+        from fluidnpu.host_driver.driver import NpuDriver
+        from fluidnpu.host_driver.model_device import ModelDevice
+        from fluidnpu.host_driver.runtime import NetworkRuntime
+        from fluidnpu.host_driver.serving import load_network
+
+        bundle = Bundle(bundle_data)
+        self.hz = bundle.clock_mhz * 1e6
+        self.runtime = NetworkRuntime(load_network(model)[1], NpuDriver(ModelDevice(bundle), bundle), tau=tau)
+
+    def run(self, xs: Any) -> tuple[float, list[Any]]:
+        """(modelled seconds, sample states) of one batch: every segment at the samples still in it."""
+        import numpy as np
+
+        rt = self.runtime
+        cyc0 = rt.device_cycles
+        states = rt.infer(np.stack(xs))
+        return (rt.device_cycles - cyc0) / self.hz, states
+
+
 class NodeWorker:
     """The body of a node's actor: DutyCycleNodes on a wall clock in a thread, requests as futures.
 
@@ -69,10 +115,16 @@ class NodeWorker:
     sessions that stay move to the new loop; the old loop keeps the others and drains first (its
     cycles run before the new loop's), so no admitted request is dropped. A request for a session
     the device no longer serves is refused with an error, explicitly.
+
+    `runtimes` ({model: bundle data of that model on this device's design}) are built before any load:
+    a batch of such a model whose samples all carry inputs runs on them (real answers, held for the
+    modelled time); any other batch sleeps its modelled time and draws its samples' exits.
     """
 
-    def __init__(self, node: Node | None, profiles: dict[str, Profile], seed: int = 0) -> None:
+    def __init__(self, node: Node | None, profiles: dict[str, Profile], seed: int = 0,
+                 runtimes: dict[str, dict[str, Any]] | None = None, tau: float = 0.8) -> None:
         self.rng = random.Random(seed)
+        self.runtimes = {m: DeviceRuntime(m, data, tau) for m, data in (runtimes or {}).items()}
         self.loops: list[Any] = []          # draining loops first, the active one last
         self.answered = 0
         self.late: deque[float] = deque(maxlen=4096)      # dispatch lateness of replaced loops' slots (s)
@@ -84,13 +136,33 @@ class NodeWorker:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _execute(self, model: str, profile: Profile, jobs: list[Job], rng: random.Random) -> float:
+        """One batch (the node loop's execute hook): on the device when it can, else emulated."""
+        from fluidnpu.scheduler_fw.fleet.node_loop import batch_exits
+
+        start = time.monotonic()
+        rt = self.runtimes.get(model)
+        if rt is not None and all(j.x is not None for j in jobs):
+            run_s, states = rt.run([j.x for j in jobs])
+            for j, st in zip(jobs, states):
+                j.result = {"exit": int(st.exit), "class": int(st.pred), "logits": st.logits.tolist(),
+                            "emulated": False}
+        else:
+            run_s, exits = batch_exits(profile, len(jobs), rng)
+            for j, e in zip(jobs, exits):
+                j.result = {"exit": e, "emulated": True}
+        for j in jobs:
+            j.result |= {"start": start, "modelled_s": run_s, "batch": len(jobs)}
+        return run_s
+
     def reconfigure(self, node: Node | None, profiles: dict[str, Profile]) -> int:
         """Serve `node` from the next cycle on (None: idle after draining); returns requests still draining."""
         from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode
         from fluidnpu.scheduler_fw.serving import WallClock
 
         with self._lock:
-            new = DutyCycleNode(node, profiles, WallClock(), self.rng) if node is not None and node.slots else None
+            new = (DutyCycleNode(node, profiles, WallClock(), self.rng, self._execute)
+                   if node is not None and node.slots else None)
             if self.loops and new is not None:
                 old = self.loops[-1]
                 for session, j in new.slot_of.items():
@@ -118,22 +190,24 @@ class NodeWorker:
                     continue
                 finished = loop.cycle()   # submit() appends meanwhile: deques are thread-safe
                 self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
-            for _, arrival, done, fut in finished:
-                fut.set_result(done)
+            for _, arrival, done, job in finished:
+                job.fut.set_result(done)
             self.answered += len(finished)
 
-    async def infer(self, session: int, sent: float) -> dict[str, float]:
-        """Serve one request of `session` that arrived at `sent` (the driver's time.monotonic(): one host, one clock)."""
-        fut: Future = Future()
+    async def infer(self, session: int, sent: float, x: Any = None) -> dict[str, Any]:
+        """Serve one sample of `session` that arrived at `sent` (the sender's time.monotonic(): one host, one
+        clock); `x` its input (H, W, C), or None to emulate it. Its answer: sent, start (its batch's), done,
+        modelled_s (its batch's modelled time), batch, exit, and with a runtime class and logits."""
+        job = Job(Future(), x)
         loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
         if loop is None:
             raise FluidError(f"session {session} is not served by this device any more (re-planned)")
         now = time.monotonic()
         self.transit.append(now - sent)
-        loop.submit(session, now, fut)
+        loop.submit(session, now, job)
         self._wake.set()
-        done = await asyncio.wrap_future(fut)
-        return {"sent": sent, "done": done}
+        done = await asyncio.wrap_future(job.fut)
+        return job.result | {"sent": sent, "arrived": now, "done": done}
 
     def stats(self) -> dict[str, int]:
         return {"answered": self.answered, "pending": sum(lp.pending for lp in self.loops)}
@@ -167,13 +241,20 @@ class Fleet:
     Each device of each kind is one actor, started idle before any load and standing for that
     device for its whole life; a plan (and every re-plan) hands its nodes to the live actors of
     their kind and idles the rest. A device whose actor died is out of the fleet.
+
+    `runtimes` ({kind name: {model: bundle data on that kind's design}}) gives each device the runtime
+    models it computes for real (NodeWorker); `actor_prefix` names the actors (`<prefix><i>` in the
+    namespace ACTOR_NAMESPACE), so that an operator or a fault test can find a device's actor.
     """
 
     def __init__(self, plan: Plan, kinds: Sequence[DeviceKind], address: str | None = None, seed: int = 0,
-                 headroom: float = 0.0, slo_margin: float = 0.0, jitter_s: float = 0.0) -> None:
+                 headroom: float = 0.0, slo_margin: float = 0.0, jitter_s: float = 0.0,
+                 runtimes: dict[str, dict[str, dict[str, Any]]] | None = None, tau: float = 0.8,
+                 actor_prefix: str | None = None) -> None:
         ray = require_ray()
         self.ray, self.plan, self.kinds, self.seed = ray, plan, list(kinds), seed
         self.headroom, self.slo_margin, self.jitter_s, self.quantile = headroom, slo_margin, jitter_s, plan.quantile
+        self.runtimes, self.tau, self.actor_prefix = runtimes or {}, tau, actor_prefix
         self.sessions = list(plan.sessions)
         self._own = start_ray(kinds, address)
         self._actor_cls = ray.remote(NodeWorker)
@@ -183,6 +264,8 @@ class Fleet:
         self.routes: dict[int, tuple[list[int], list[float]]] = {}
         self._probes: dict[Any, int] = {}
         self.actor_sessions: dict[int, set[int]] = {}
+        self.epochs: list[dict[str, Any]] = []
+        self.planned = {s.index: s.rate for s in plan.sessions}     # the rates the current plan was made for
         for k in self.kinds:                      # every device is up (idle) before the load: no cold starts
             for _ in range(k.count):
                 self._new_actor(k, None)
@@ -191,8 +274,11 @@ class Fleet:
 
     # ---- placing a plan on the devices
     def _new_actor(self, kind: DeviceKind, node: Node | None) -> int:
-        a = self._actor_cls.options(num_cpus=0, resources={resource_name(kind.name): 1}, max_concurrency=10_000) \
-            .remote(node, kind.profiles, self.seed + len(self.actors))
+        opts: dict[str, Any] = {"num_cpus": 0, "resources": {resource_name(kind.name): 1}, "max_concurrency": 10_000}
+        if self.actor_prefix is not None:
+            opts |= {"name": f"{self.actor_prefix}{len(self.actors)}", "namespace": ACTOR_NAMESPACE}
+        a = self._actor_cls.options(**opts).remote(node, kind.profiles, self.seed + len(self.actors),
+                                                   self.runtimes.get(kind.name), self.tau)
         self.actors.append(a)
         self.actor_kind.append(kind.name)
         return len(self.actors) - 1
@@ -239,14 +325,55 @@ class Fleet:
             try:
                 self.ray.get(r)
             except self.ray.exceptions.RayActorError:
-                self.dead.add(i)
-                died.append(i)
+                if self.mark_dead(i):
+                    died.append(i)
         probed = set(probes.values())
         for i, a in enumerate(self.actors):
             if i not in self.dead and i not in probed:
                 probes[a.stats.remote()] = i
         self._probes = probes
         return sorted(died)
+
+    def mark_dead(self, device: int) -> bool:
+        """`device` left the fleet (its actor died: found by a probe, or by a request sent to it);
+        True if that is news (the caller re-plans: `step(..., died=[device])`)."""
+        if device in self.dead:
+            return False
+        self.dead.add(device)
+        return True
+
+    def step(self, now: float, died: Sequence[int] = (), window: dict[int, int] | None = None,
+             span_s: float = 0.0) -> dict[str, Any]:
+        """One epoch's decision, shared by `run` and the KServe v2 ingress; returns its record (also in
+        `epochs`).
+
+        `window`: the samples each session sent over the last `span_s` seconds (an epoch's end); None for a
+        death found mid-epoch, which keeps the last full epoch's rates. A rising rate is extrapolated to the
+        end of the next epoch (r + 1.5 Δr: the new plan serves until then, 1.5 epochs after the middle of
+        the measured one; never below what was measured); `died` re-plans at once, else `should_move`
+        decides. A re-plan to grow (or after a death) keeps every session's planned rate where it was or
+        higher: one session outgrowing its nodes does not resize the others to a noisy dip of their
+        measured rates; sessions shrink only when a device can be freed.
+        """
+        if window is not None:
+            rates = {k: v / max(span_s, 1e-9) for k, v in window.items()}
+        else:
+            rates = self.epochs[-1]["rates"] if self.epochs else {
+                s.index: self.plan.placed_rate(s.index) for s in self.sessions}
+        before = self.epochs[-1]["rates"] if self.epochs else rates
+        ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
+        why = "died" if died else self.should_move(ahead)
+        if why:
+            if why != "shrink":
+                ahead = {k: max(r, self.planned.get(k, 0.0)) for k, r in ahead.items()}
+            self.apply(self.replan(ahead, rates))
+            self.planned = ahead
+        rec = {"t": now, "died": sorted(died), "rates": rates, "planned_rates": ahead, "replan": why,
+               "nodes": len(self.plan.nodes), "devices": len(set(self.node_actor.values())),
+               "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
+               "unplaced": [u.session for u in self.plan.unplaced]}
+        self.epochs.append(rec)
+        return rec
 
     def replan(self, rates: dict[int, float], measured: dict[int, float] | None = None,
                min_rate: float = 1.0) -> Plan:
@@ -300,57 +427,36 @@ class Fleet:
         """Send `arrivals` ((time s, session), sorted) in wall-clock time; every `epoch_s` re-plan.
 
         `kill` = (time, node index of the current plan): fault injection, that node's actor is killed.
-        Each epoch measures the rates (a rising one extrapolated to the end of the next epoch) and
-        re-plans when `should_move` says so; a health check (four per epoch) that finds a device dead
-        re-plans at once, and the requests in flight on the dead device (or sent to it before its death
-        was found) go to a live node of their session in the new plan (`_retry`). A request of a
-        session that has no live node is refused with an error: counted in `rejected`, never lost.
+        Each epoch measures the rates and `step` re-plans when it should; a health check (four per epoch)
+        that finds a device dead re-plans at once, and the requests in flight on the dead device (or sent
+        to it before its death was found) go to a live node of their session in the new plan (`_retry`).
+        A device found dead only when its answers are collected (after the last health check) is handled
+        the same way there. A request of a session that has no live node is refused with an error: counted
+        in `rejected`, never lost.
         """
         rng = random.Random(self.seed + 1)
         counts = {s.index: 0 for s in self.sessions}
         window = dict(counts)
         refs: list[tuple[int, float, Any, int]] = []     # session, arrival, answer, device
         rejected = dict(counts)
-        log = RunLog({s.index: [] for s in self.sessions}, counts, rejected)
+        log = RunLog({s.index: [] for s in self.sessions}, counts, rejected, epochs=self.epochs)
         t0 = time.monotonic()
         next_epoch = epoch_s if epoch_s else math.inf
         health_s = epoch_s / 4 if epoch_s else math.inf
         next_health, epoch_start = health_s, 0.0
         killed = False
-        planned = {s.index: s.rate for s in self.plan.sessions}     # the rates the current plan was made for
         for t, session in arrivals:
             while t >= min(next_epoch, next_health):
                 now = min(next_epoch, next_health)
                 died = self.check_health()
-                if now == next_epoch or died:      # every epoch, and at once when a device died
-                    span = max(now - epoch_start, 1e-9)
-                    rates = {k: v / span for k, v in window.items()}
-                    if now < next_epoch:           # a death mid-epoch: keep the last full epoch's rates
-                        rates = log.epochs[-1]["rates"] if log.epochs else {
-                            s.index: r for s in self.sessions for r in [self.plan.placed_rate(s.index)]}
-                    before = log.epochs[-1]["rates"] if log.epochs else rates
-                    # the plan serves the next epoch, whose end is 1.5 epochs after the middle of the measured
-                    # one: a rising rate is extrapolated that far (never planned below what was measured)
-                    ahead = {k: r + 1.5 * max(0.0, r - before.get(k, r)) for k, r in rates.items()}
-                    why = "died" if died else self.should_move(ahead)
-                    if why:
-                        # a re-plan to grow (or after a death) keeps every session's planned rate where it was or
-                        # higher: one session outgrowing its nodes does not resize the others to a noisy dip of
-                        # their measured rates; sessions shrink only when a device can be freed
-                        if why != "shrink":
-                            ahead = {k: max(r, planned.get(k, 0.0)) for k, r in ahead.items()}
-                        self.apply(self.replan(ahead, rates))
-                        planned = ahead
-                    if died:
-                        self._retry(refs, set(died), rng, t0, log)
-                    log.epochs.append({"t": now, "died": died, "rates": rates, "planned_rates": ahead,
-                                       "nodes": len(self.plan.nodes),
-                                       "devices": len(set(self.node_actor.values())),
-                                       "batches": {s.session: s.batch for n in self.plan.nodes for s in n.slots},
-                                       "unplaced": [u.session for u in self.plan.unplaced]})
-                    if now == next_epoch:
-                        window, epoch_start = {k: 0 for k in window}, now
-                        next_epoch += epoch_s or math.inf
+                if now == next_epoch:
+                    self.step(now, died, window, now - epoch_start)
+                    window, epoch_start = {k: 0 for k in window}, now
+                    next_epoch += epoch_s or math.inf
+                elif died:                         # a death mid-epoch: re-plan at once
+                    self.step(now, died)
+                if died:
+                    self._retry(refs, set(died), rng, t0, log)
                 next_health = now + health_s if now == next_health else next_health
             if kill is not None and not killed and t >= kill[0]:
                 if kill[1] in self.node_actor:
@@ -367,9 +473,23 @@ class Fleet:
                 log.answers.append((session, t, None))
                 continue
             refs.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))   # latency from arrival
-        for session, t, ref, _ in refs:
+        pending = deque(refs)
+        while pending:
+            session, t, ref, device = pending.popleft()
             try:
                 r = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError:
+                # its device died after the last health check: re-plan and retry it on a live node
+                if self.mark_dead(device):
+                    self.step(time.monotonic() - t0, [device])
+                node = self.route(session, rng)
+                if node is not None and node not in self.dead:
+                    pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))
+                    log.retried[session] = log.retried.get(session, 0) + 1
+                    continue
+                rejected[session] += 1
+                log.answers.append((session, t, None))
+                continue
             except self.ray.exceptions.RayError:
                 rejected[session] += 1
                 log.answers.append((session, t, None))
