@@ -36,10 +36,10 @@ lint: $(VENV)/.installed-dev
 		ln -s $(CURDIR)/$$f $(TYPECHECK)/fluidnpu/$$(basename $$f); done
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir .mypy_cache -p fluidnpu
 
-## make test-fleet: the Ray fleet's tests (adds the 'fleet' extra, Ray with Ray Serve; `make test` skips them), about 1.5 min
+## make test-fleet: the Ray fleet's tests and the fleet ingress (adds the 'fleet' extra, Ray with Ray Serve; `make test` skips them), about 2.5 min
 test-fleet: $(VENV)/.installed-dev
 	$(BIN)/python -m pip install -q -e '.[fleet]'
-	$(BIN)/python -m pytest -q tests/test_fleet_ray.py
+	$(BIN)/python -m pytest -q tests/test_fleet_ray.py tests/test_fleet_serve.py
 
 ## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev

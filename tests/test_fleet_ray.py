@@ -65,6 +65,24 @@ def test_killed_board_is_replanned_within_an_epoch_and_counters_add_up():
     assert all(e["devices"] <= 2 for e in log.epochs if e["t"] >= deaths[0]["t"]) and not deaths[0]["unplaced"]
 
 
+def test_board_dead_after_the_last_health_check_has_its_requests_retried():
+    """No health check at all (no epoch): the dead board's requests are found failed only when collected,
+    and are then retried on a live node of the re-made plan, not refused."""
+    from fluidnpu.scheduler_fw.fleet.ray_fleet import poisson_arrivals
+
+    kinds = [DeviceKind("board-a", 3, {"m": affine(20, 5)})]
+    p = plan([Session("m", 120.0, 0.500)], kinds, headroom=0.5)
+    assert len(p.nodes) == 2
+    fleet = Fleet(p, kinds, seed=3, headroom=0.5)
+    try:
+        log = fleet.run(poisson_arrivals({0: 120.0}, 3.0, seed=4), epoch_s=None, kill=(1.5, 0))
+    finally:
+        fleet.shutdown()
+    assert log.retried.get(0, 0) > 0 and log.rejected[0] == 0
+    assert log.arrivals[0] == len(log.latencies[0]) > 250
+    assert [e["replan"] for e in log.epochs] == ["died"]        # one re-plan, when the death was found
+
+
 def test_ramp_is_followed_by_replanning_without_drops():
     """Scenario 1 in small: one model ramping 0 -> 40 req/s, 2 s SLO, re-planned every second.
 

@@ -464,10 +464,15 @@ def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: Optiona
                           "emulated": [n for n, m in cfg.models.items() if m.emulated], "epoch_s": epoch_s}),
               flush=True)
         stop = threading.Event()
+        before = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-        stop.wait(stop_after_s)
+                before[sig] = signal.signal(sig, lambda *_: stop.set())
+        try:
+            stop.wait(stop_after_s)
+        finally:
+            for sig, h in before.items():
+                signal.signal(sig, h)
         rep = handle.drain.remote(30.0).result()
     finally:
         serve.shutdown()
