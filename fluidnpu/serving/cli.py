@@ -77,10 +77,7 @@ def serve_cmd(ctx: click.Context, device: str, model: str, design: Optional[str]
         if as_json:
             emit_json(rep)
         else:
-            c = rep["counters"]
-            err.print(f"drained: requests {c.get('requests', 0)}, answered {c.get('answered', 0)}, retried "
-                      f"{c.get('retried', 0)}, errors {c.get('errors', 0)}, rejected "
-                      + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_"))
+            err.print(_drained("drained", rep["counters"], ("requests", "answered", "retried", "errors"))
                       + f"; devices lost {len(rep['dead'])}")
         return
     if address is not None or epoch_s is not None:
@@ -97,10 +94,13 @@ def serve_cmd(ctx: click.Context, device: str, model: str, design: Optional[str]
     if as_json:
         emit_json(rep)
     else:
-        c = rep["counters"]
-        err.print(f"drained in {rep['drained_s']:.2f} s: admitted {c.get('admitted', 0)}, answered "
-                  f"{c.get('answered', 0)}, errors {c.get('errors', 0)}, rejected "
-                  + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_")))
+        err.print(_drained(f"drained in {rep['drained_s']:.2f} s", rep["counters"], ("admitted", "answered", "errors")))
+
+
+def _drained(head: str, c: dict[str, int], counts: tuple[str, ...]) -> str:
+    """The line a server prints when it has drained: its counters, the refusals by reason."""
+    return (f"{head}: " + ", ".join(f"{k} {c.get(k, 0)}" for k in counts) + ", rejected "
+            + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_")))
 
 
 @click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")

@@ -302,7 +302,7 @@ def build_fleet_app(svc: FleetService) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, Router
 
-    from fluidnpu.serving.http_api import HEADER_LEN, _decode, _encode, _error, _read_body, _split
+    from fluidnpu.serving.http_api import HEADER_LEN, _decode, _encode, _error, _read_body, _split, v2_routes
     from fluidnpu.serving.protocol import BadRequest, NotFound
 
     def model_of(request: Request) -> Any:
@@ -376,12 +376,8 @@ def build_fleet_app(svc: FleetService) -> Any:
                   "deadline_ms": round(deadline * 1e3, 4), "deadline_missed": bool(server_s > deadline)}
         return _encode(model, req.get("id"), arrays, outs, want_binary, params)
 
-    routes = [Route("/v2", server_meta), Route("/v2/health/live", live), Route("/v2/health/ready", ready),
-              Route("/v2/fleet", fleet_status)]
-    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        routes += [Route(base, model_meta), Route(base + "/ready", model_ready),
-                   Route(base + "/infer", infer, methods=["POST"])]
-    return Router(routes=routes)
+    return Router(routes=v2_routes(server_meta, live, ready, model_meta, model_ready, infer,
+                                   [Route("/v2/fleet", fleet_status)]))
 
 
 async def asgi_response(app: Any, request: Any) -> Any:

@@ -111,15 +111,22 @@ def build_app(server: Any) -> Starlette:
         engine.note_response(ticket, t_sent - t_recv)
         return _encode(model, req.get("id"), arrays, outs, want_binary, params)
 
-    routes = [Route("/v2", server_meta), Route("/v2/health/live", live), Route("/v2/health/ready", ready),
-              Route("/metrics", metrics)]
-    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
-        routes += [Route(base, model_meta), Route(base + "/ready", model_ready),
-                   Route(base + "/infer", infer, methods=["POST"])]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=v2_routes(server_meta, live, ready, model_meta, model_ready, infer,
+                                     [Route("/metrics", metrics)]))
     if server.token:
         app.add_middleware(_TokenAuth, token=server.token)
     return app
+
+
+def v2_routes(server_meta: Any, live: Any, ready: Any, model_meta: Any, model_ready: Any, infer: Any,
+              extra: list[Route]) -> list[Route]:
+    """The Open Inference protocol's HTTP routes to these endpoints (a model with or without a version),
+    and `extra` ones."""
+    routes = [Route("/v2", server_meta), Route("/v2/health/live", live), Route("/v2/health/ready", ready), *extra]
+    for base in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        routes += [Route(base, model_meta), Route(base + "/ready", model_ready),
+                   Route(base + "/infer", infer, methods=["POST"])]
+    return routes
 
 
 class _TokenAuth:
