@@ -198,6 +198,8 @@ def test_fleet_ingress_answers_like_one_device_emulates_zoo_models_and_survives_
         + c.get("errors", 0)
     assert c["answered"] == len(seen["digits"]) + 1 + codes.count(200)
     assert sum(v for k, v in c.items() if k.startswith("rejected_")) == codes.count(503)
+    # the ingress measured the load's rate (samples/s of session 0 over an epoch) and re-planned on it
+    assert max(e["rates"]["0"] for e in rep["epochs"] if not e["died"]) > 5
     assert rep["dead"] == [seen["victim"]]
     assert any(seen["victim"] in e["died"] for e in rep["epochs"])       # re-planned on the death
     assert seen["status_after"]["devices"][seen["victim"]]["dead"]
