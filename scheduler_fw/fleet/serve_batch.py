@@ -21,8 +21,9 @@ Static provisioning (`static_deployments`), stated in docs/fleet.md:
 
 The replicas are the same emulated boards as the Nexus path's: a batch of n
 sleeps `node_loop.batch_seconds` (the perf model's segment times at the board
-clock, samples leaving at exits drawn from the exit rates). Only this module
-and ray_fleet.py import Ray (the 'fleet' extra), with the fleet ingress (fluidnpu/serving/fleet.py).
+clock, samples leaving at exits drawn from the exit rates). Only this module,
+ray_fleet.py and the fleet ingress (fluidnpu/serving/fleet.py) import Ray (the
+'fleet' extra).
 """
 
 from __future__ import annotations
