@@ -186,3 +186,30 @@ def test_run_without_ray_says_how_to_get_it(files, capsys, monkeypatch):
     code, out, err = plan_cli(capsys, "--sessions", str(files / "sessions.json"), "--fleet", str(files / "fleet.json"),
                               "--run", "1")
     assert code == 2 and "'fleet' extra" in err and len(err.strip().splitlines()) == 1
+
+
+def test_serve_fleet_without_ray_is_one_line_exit_2(monkeypatch, capsys):
+    """`fluidnpu serve --fleet` where Ray is not installed: one line naming the 'fleet' extra, exit 2."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)        # `import ray` raises ImportError
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--fleet", "f.json", "--sessions", "s.json"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "'fleet' extra" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bundle_on_another_design_is_what_the_planner_priced():
+    """A device runs a model on its design from `bundle_on_design`: that bundle's table is the ℓ the planner
+    priced for the pair, and its design, clock and Bmax are the device's."""
+    from fluidnpu.scheduler_fw.fleet.profiles import bundle_on_design
+
+    r50 = bundle_from_result(evaluate_design(zoo_model("resnet50"), load_board("zc706"), 3992, 14, 64,
+                                             DSEOptions(bmax=8), allow_oversize=True))
+    digits = zoo_model("digits-ee")
+    b = bundle_on_design(r50, digits)
+    assert bundle_on_design(r50, r50.workload) is r50
+    assert b.workload.to_dict() == digits.to_dict()
+    assert (b.design, b.clock_mhz, b.bmax, b.board.name) == (r50.design, r50.clock_mhz, r50.bmax, "zc706")
+    for got, want in zip(b.latency_table(), npu_segment_seconds(r50, digits), strict=True):
+        assert got == pytest.approx(want, rel=1e-9)
