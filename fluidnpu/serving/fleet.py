@@ -302,7 +302,8 @@ def build_fleet_app(svc: FleetService) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, Router
 
-    from fluidnpu.serving.http_api import HEADER_LEN, _decode, _encode, _error, _read_body, _split, v2_routes
+    from fluidnpu.serving.http_api import (HEADER_LEN, decode_request, encode_response, error_response, read_body,
+                                           split_body, v2_routes)
     from fluidnpu.serving.protocol import BadRequest, NotFound
 
     def model_of(request: Request) -> Any:
@@ -329,13 +330,13 @@ def build_fleet_app(svc: FleetService) -> Any:
         try:
             return JSONResponse(model_of(request).metadata())
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
 
     async def model_ready(request: Request) -> Response:
         try:
             m = model_of(request)
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         return JSONResponse({"name": m.name, "ready": is_ready()}, status_code=200 if is_ready() else 503)
 
     async def fleet_status(request: Request) -> Response:
@@ -345,21 +346,21 @@ def build_fleet_app(svc: FleetService) -> Any:
         t_recv = time.monotonic()
         try:
             model = model_of(request)
-            body = await _read_body(request)
-            req, binary = _split(body, request.headers.get(HEADER_LEN))
+            body = await read_body(request)
+            req, binary = split_body(body, request.headers.get(HEADER_LEN))
             session = svc.session_for(model.name, req.get("parameters"))
-            x, deadline, want_binary, outs = _decode(model, req, binary, svc.slo_s[session])
+            x, deadline, want_binary, outs = decode_request(model, req, binary, svc.slo_s[session])
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         except BadRequest as exc:
             svc.counters["bad_requests"] += 1
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         try:
             answers, device, retries = await svc.infer(session, x, model.emulated)
         except Unavailable as exc:
-            return _error(503, f"unavailable: {exc}")
+            return error_response(503, f"unavailable: {exc}")
         except svc.ray.exceptions.RayError as exc:
-            return _error(500, f"device error: {str(exc).splitlines()[0]}")
+            return error_response(500, f"device error: {str(exc).splitlines()[0]}")
         t_sent = time.monotonic()
         server_s = t_sent - t_recv
         device_s = max(a["done"] - a["arrived"] for a in answers)
@@ -374,7 +375,7 @@ def build_fleet_app(svc: FleetService) -> Any:
                   "modelled_ms": round(modelled_s * 1e3, 4), "device_ms": round(device_s * 1e3, 4),
                   "server_ms": round(server_s * 1e3, 4), "overhead_ms": round((server_s - device_s) * 1e3, 4),
                   "deadline_ms": round(deadline * 1e3, 4), "deadline_missed": bool(server_s > deadline)}
-        return _encode(model, req.get("id"), arrays, outs, want_binary, params)
+        return encode_response(model, req.get("id"), arrays, outs, want_binary, params)
 
     return Router(routes=v2_routes(server_meta, live, ready, model_meta, model_ready, infer,
                                    [Route("/v2/fleet", fleet_status)]))

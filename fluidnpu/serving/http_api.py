@@ -32,12 +32,12 @@ MAX_BODY_BYTES = 4 << 20
 _DT = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
 
 
-def _error(status: int, msg: str) -> JSONResponse:
+def error_response(status: int, msg: str) -> JSONResponse:
     return JSONResponse({"error": msg}, status_code=status)
 
 
 def _rejected(exc: Rejected) -> JSONResponse:
-    return _error(429 if exc.reason == "deadline" else 503, f"rejected ({exc.reason}): {exc}")
+    return error_response(429 if exc.reason == "deadline" else 503, f"rejected ({exc.reason}): {exc}")
 
 
 def build_app(server: Any) -> Starlette:
@@ -60,14 +60,14 @@ def build_app(server: Any) -> Starlette:
         try:
             _model(request)
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         return JSONResponse(model.metadata())
 
     async def model_ready(request: Request) -> Response:
         try:
             _model(request)
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         return JSONResponse({"name": model.name, "ready": engine.ready}, status_code=200 if engine.ready else 503)
 
     async def metrics(request: Request) -> Response:
@@ -79,13 +79,13 @@ def build_app(server: Any) -> Starlette:
         try:
             _model(request)
             engine.check_room()                  # a flood is refused before its body is read
-            body = await _read_body(request)
-            req, binary = _split(body, request.headers.get(HEADER_LEN))
-            x, deadline, want_binary, outs = _decode(model, req, binary, engine.slo_s)
+            body = await read_body(request)
+            req, binary = split_body(body, request.headers.get(HEADER_LEN))
+            x, deadline, want_binary, outs = decode_request(model, req, binary, engine.slo_s)
         except NotFound as exc:
-            return _error(404, str(exc))
+            return error_response(404, str(exc))
         except BadRequest as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         except Rejected as exc:
             return _rejected(exc)
         loop = asyncio.get_running_loop()
@@ -95,7 +95,7 @@ def build_app(server: Any) -> Starlette:
         except Rejected as exc:
             return _rejected(exc)
         except FluidError as exc:
-            return _error(400, str(exc))
+            return error_response(400, str(exc))
         try:
             await done
         except asyncio.CancelledError:          # the client went away: drop its results
@@ -104,12 +104,12 @@ def build_app(server: Any) -> Starlette:
         results = ticket.results
         errors = [r.error for r in results if r is not None and r.error]
         if errors:
-            return _error(500, f"device error: {errors[0]}")
+            return error_response(500, f"device error: {errors[0]}")
         arrays = output_arrays(results, model.n_classes)
         t_sent = time.monotonic()
         params = timing_params(results, t_recv, t_sent, deadline)
         engine.note_response(ticket, t_sent - t_recv)
-        return _encode(model, req.get("id"), arrays, outs, want_binary, params)
+        return encode_response(model, req.get("id"), arrays, outs, want_binary, params)
 
     app = Starlette(routes=v2_routes(server_meta, live, ready, model_meta, model_ready, infer,
                                      [Route("/metrics", metrics)]))
@@ -141,12 +141,12 @@ class _TokenAuth:
             import hmac
 
             if not hmac.compare_digest(auth, self.expect):
-                await _error(401, "missing or wrong bearer token")(scope, receive, send)
+                await error_response(401, "missing or wrong bearer token")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
-async def _read_body(request: Request) -> bytes:
+async def read_body(request: Request) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise BadRequest(f"request body of {declared} bytes exceeds the limit of {MAX_BODY_BYTES}")
@@ -159,7 +159,7 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _split(body: bytes, header_len: Any) -> tuple[dict, bytes]:
+def split_body(body: bytes, header_len: Any) -> tuple[dict, bytes]:
     if header_len is not None:
         try:
             n = int(header_len)
@@ -179,7 +179,9 @@ def _split(body: bytes, header_len: Any) -> tuple[dict, bytes]:
     return req, binary
 
 
-def _decode(model: Any, req: dict, binary: bytes, slo_s: float) -> tuple[np.ndarray, float, bool, dict[str, bool]]:
+def decode_request(model: Any, req: dict, binary: bytes,
+                   slo_s: float) -> tuple[np.ndarray, float, bool, dict[str, bool]]:
+    """(input batch, deadline s, any binary output, {output: binary}) of an infer request, or BadRequest."""
     inputs = req.get("inputs")
     if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], dict):
         raise BadRequest("the request needs exactly one input tensor in 'inputs'")
@@ -220,8 +222,9 @@ def _decode(model: Any, req: dict, binary: bytes, slo_s: float) -> tuple[np.ndar
     return x, deadline, any(outs.values()), outs
 
 
-def _encode(model: Any, req_id: Any, arrays: dict[str, np.ndarray], outs: dict[str, bool], want_binary: bool,
-            params: dict[str, Any]) -> Response:
+def encode_response(model: Any, req_id: Any, arrays: dict[str, np.ndarray], outs: dict[str, bool],
+                    want_binary: bool, params: dict[str, Any]) -> Response:
+    """The infer response: JSON, or JSON then the binary outputs (the binary-tensor extension)."""
     body: dict[str, Any] = {"model_name": model.name, "model_version": model.version, "parameters": params,
                             "outputs": []}
     if req_id is not None:
