@@ -66,7 +66,7 @@ class EngineTiming:
 
     word_bytes: int = 2
     fill_base: int = 7
-    layer_overhead: int = 17
+    layer_overhead: int = 18
     step_overhead: int = 0
     dma_latency: int = 7
     block_overhead: int = 1

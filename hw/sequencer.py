@@ -146,6 +146,10 @@ class Sequencer(wiring.Component):
         issued = rd_slice.i.valid & rd_slice.i.ready
         consumed = loader.rd_rsp.valid & loader.rd_rsp.ready
         m.d.sync += rd_out.eq(rd_out + issued - consumed)
-        m.d.comb += planner.drained.eq(fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
-                                       & (rd_out == 0))
+        # registered (the planner's state logic then starts at a register: +1 cycle a layer), and
+        # cleared by `go`, so the cycle after it never sees the idle machines of before the layer
+        drained = Signal()
+        m.d.sync += drained.eq(fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
+                               & (rd_out == 0) & ~planner.go)
+        m.d.comb += planner.drained.eq(drained)
         return m

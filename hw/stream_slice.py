@@ -33,6 +33,7 @@ class StreamSlice(wiring.Component):
 
     def __init__(self, shape, *, forward: bool = True, backward: bool = False) -> None:
         if not (forward or backward):
+            self._MustUse__silence = True          # never elaborated: no "created but never used" warning
             raise ValueError("a slice registers the forward path, the backward path or both")
         self.forward, self.backward = forward, backward
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape)), "busy": Out(1)})
