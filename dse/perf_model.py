@@ -54,13 +54,21 @@ class EngineTiming:
     the fixed part of a layer's control (descriptor round trip, state
     changes, the last write's response). The control unit's planning, which
     depends on the layer, is priced exactly by `plan_cycles`.
+
+    The register stages the timing proxy asks for (docs/resources.md, "Timing
+    proxy") are priced where the RTL adds them: the requantiser's stage adds 1
+    to fill_base (6 -> 7), the read-command slice 1 to dma_latency (6 -> 7:
+    every read's trip) and 1 to layer_overhead (the descriptor's read), the
+    write-command slice 1 to layer_overhead (the last write; 15 -> 17 in all);
+    the response skid buffer adds none (it passes a response in the cycle it
+    comes while the loader takes it).
     """
 
     word_bytes: int = 2
-    fill_base: int = 6
-    layer_overhead: int = 15
+    fill_base: int = 7
+    layer_overhead: int = 18
     step_overhead: int = 0
-    dma_latency: int = 6
+    dma_latency: int = 7
     block_overhead: int = 1
     pass_overhead: int = 1
 

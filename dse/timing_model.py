@@ -51,28 +51,34 @@ class Structure:
 
 
 STRUCTURES: tuple[Structure, ...] = (
-    Structure("requantise", "core", r"^core\.y#_#\[", "nothing (34-bit add, shift, two saturation compares)",
-              "register the shifted value (`sh`) before the saturation compares: +1 cycle of core latency"),
+    Structure("requantise", "core", r"^core\.y#_#\[", "nothing (34-bit add and shift | two saturation compares, ReLU)",
+              "built: the shifted value `sh` is registered (+1 cycle of core latency); next, register the "
+              "round add before the shift"),
     Structure("operand", "core", r"^core\.prod#_#\[", "log2 NB (the NB:1 bank select)",
               "none needed at NB <= 16"),
     Structure("accumulate", "core", r"^core\.(new|post)#_#\[", "nothing (32-bit add)", "none needed"),
     Structure("staging_read", "core", r"^core\._#_\[", "nothing (writer handshake -> staging address)",
               "none needed"),
-    Structure("read_command", "dma", r"^dma\.read#?\.(w_data|ar_p|nbeats|len|split|\$)",
-              "bits of an input run (log2 2TP)",
-              "register the read command between the sequencer and the DMA (a two-entry skid buffer: "
-              "+1 cycle of DMA latency, one command per cycle as now)"),
+    Structure("read_command", "dma", r"^(rd_cmd_|dma\.read#?\.(w_data|ar_p|nbeats|len|split|\$))",
+              "bits of an input run (log2 2TP): the fetcher's run into the read slice (`rd_cmd_*`), the "
+              "slice into the DMA's burst planning",
+              "built: a register slice on the read-command stream (hw/stream_slice.py; +1 cycle of DMA latency); "
+              "next, register the DMA's burst plan"),
     Structure("response_ready", "dma",
-              r"^(m_axi#__rready|rd_rsp|rd_error|seq\.rtag|dma\.read#?\.(desc_q|slot|bidx|ar_inflight))",
-              "bits of the core's row counter (log2 TR): step.ready -> loader -> rd_rsp.ready -> R ready",
-              "take the loader's rd_rsp.ready from registers only (accept into a two-entry response buffer "
-              "instead of on the core's step.ready): +1 cycle per step hand-over, hidden by the double buffers"),
-    Structure("write_data", "dma", r"^dma\.write#?\.", "bits of the writer's word offset (log2 2TC(NB+1))",
-              "register the write command and data between the sequencer and the DMA (+1 cycle per write, "
-              "hidden by the writer's pipelining)"),
+              r"^(m_axi#__rready|rd_rsp|rd_error|seq\.rtag|dma\.read#?\.(desc_q|slot|bidx|ar_inflight)"
+              r"|seq\.(rd_out|rsp_slice)|relu|shift|(in|w|b)_wr__|step__)",
+              "bits of the core's row counter (log2 TR): step.ready -> loader's take -> the registers it "
+              "loads (the skid buffer, the core's buffer writes, the read counter, the planner's descriptor)",
+              "built: a skid buffer on the read responses, so R ready is a register (no cycle); next, "
+              "precompute the core's at_end (`j + 2 == t`, registered)"),
+    Structure("write_data", "dma", r"^(wr_(addr|nwords|data)|dma\.write#?\.)",
+              "bits of the writer's word offset (log2 2TC(NB+1)): the writer into the write slice, the "
+              "slice into the DMA's burst planning and W queue",
+              "built: a register slice on the write-command stream (+1 cycle a write); next, precompute the "
+              "writer's address a cycle early"),
     Structure("sequencer", "seq", r"^seq\.", "bits of an input run (log2 2TP)",
-              "keep `left_in_tap` in a register (decremented by `run`) and `kx_delta + ky_delta` as one "
-              "per-layer value, so the fetcher's tap update is one adder after `run`: no extra cycles"),
+              "built: the fetcher's channels left in a tap and kx_delta + ky_delta in registers, `drained` "
+              "registered (+1 cycle a layer)"),
     Structure("registers", "regs", r"^regs\.", "nothing", "none needed"),
 )
 
@@ -103,14 +109,14 @@ class TimingCosts:
     timing=True) of the NPU at its POINTS; docs/resources.md has the table and the residuals."""
 
     base: tuple[tuple[str, float], ...] = (
-        ("requantise", 10.0), ("operand", 4.0), ("accumulate", 4.0),
-        ("staging_read", 7.0), ("read_command", 14.0), ("response_ready", 10.06), ("write_data", 9.71),
-        ("sequencer", 9.0), ("registers", 8.0),
+        ("requantise", 7.0), ("operand", 3.0), ("accumulate", 4.0), ("staging_read", 7.0),
+        ("read_command", 7.88), ("response_ready", 7.74), ("write_data", 7.0), ("sequencer", 7.79),
+        ("registers", 8.0),
     )
     per_level: tuple[tuple[str, float], ...] = (
-        ("requantise", 0.0), ("operand", 0.0), ("accumulate", 0.0),
-        ("staging_read", 0.0), ("read_command", 0.0), ("response_ready", 0.134), ("write_data", 0.216),
-        ("sequencer", 0.0), ("registers", 0.0),
+        ("requantise", 0.0), ("operand", 0.0), ("accumulate", 0.0), ("staging_read", 0.0),
+        ("read_command", 0.03), ("response_ready", 0.037), ("write_data", 0.0), ("sequencer", 0.069),
+        ("registers", 0.0),
     )
 
     def of(self, name: str) -> tuple[float, float]:

@@ -15,7 +15,8 @@ in cycle 0 (stage numbers = cycles after issue):
        port transparent to the write port, so one row per cycle into the same
        accumulator row (t = 1) never sees a stale value;
        A = 2+L (k=1/2: the half sums), 3+L (k=1), 4+L (k=2: one more pair add)
-    A+1 round/shift/saturate/ReLU -> staging write   (= `latency[k]`)
+    A+1 round and shift (registered)
+    A+2 saturate/ReLU -> staging write   (= `latency[k]`)
 
 The bias is added inside the tree (on the first step only) rather than at the
 accumulator: it is read with the weights in stage 1, so one release covers
@@ -54,11 +55,15 @@ def _mul_small(m: Module, a: Value, b: Value, name: str) -> Signal:
 
 
 def requantise(m: Module, acc: Value, shift: Value, rnd: Value, relu: Value, name: str) -> Signal:
-    """int16 y = clamp((acc + rnd) >> shift), then max(y, 0) if relu (exact, 34-bit)."""
+    """int16 y = clamp((acc + rnd) >> shift), then max(y, 0) if relu (exact, 34-bit), one cycle
+    after `acc`: the shifted value is registered before the saturation compares, so neither half
+    (a 34-bit add and a 5-level shift; two compares, ReLU and the staging write) exceeds the timing
+    proxy's budget. `shift` and `relu` are layer constants."""
     wide = Signal(signed(34), name=f"{name}_w")
     sh = Signal(signed(34), name=f"{name}_sh")
     y = Signal(signed(16), name=name)
-    m.d.comb += [wide.eq(acc.as_signed() + rnd), sh.eq(wide >> shift)]
+    m.d.comb += wide.eq(acc.as_signed() + rnd)
+    m.d.sync += sh.eq(wide >> shift)
     sat = Mux(sh > 32767, 32767, Mux(sh < -32768, -32768, sh))
     m.d.comb += y.eq(Mux(relu & (sat < 0), 0, sat))
     return y
@@ -112,7 +117,7 @@ class EngineCore(wiring.Component):
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
         self.modes = supported_k_codes(TR, TP, TC, stackable)
         self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
-        self.latency = {k: self._acc_stage[k] + 1 for k in self.modes}
+        self.latency = {k: self._acc_stage[k] + 2 for k in self.modes}
         super().__init__({
             "k": In(2), "g": In(range(NB + 1)), "cw": In(range(2 * TC + 1)),
             "shift": In(5), "relu": In(1),
@@ -343,14 +348,19 @@ class EngineCore(wiring.Component):
             m.d.comb += [acc_mem[i][0].addr.eq(waddr_acc), acc_mem[i][0].en.eq(we),
                          acc_mem[i][0].data.eq(Cat(new[i]))]
 
-        # ---------------- post-process (stage A+1) -> staging ----------------
+        # ---------------- post-process (stages A+1, A+2) -> staging ----------------
         post = [[Signal(signed(32), name=f"post{i}_{c}") for c in range(TC)] for i in range(2)]
         p_we = [Signal(name=f"post_we{i}") for i in range(2)]
         p_addr, p_sb, p_done, p_any = Signal(range(H + 1)), Signal(), Signal(), Signal()
         m.d.sync += [post[i][c].eq(new[i][c]) for i in range(2) for c in range(TC)]
-        m.d.sync += [p_we[0].eq(we0 & a_tap["last"]), p_we[1].eq(we1 & a_tap["last"]),
-                     p_addr.eq(waddr_acc), p_sb.eq(a_tap["sb"]), p_any.eq(a_tap["valid"]),
-                     p_done.eq(a_tap["valid"] & a_tap["last"] & a_tap["end"])]
+        # the staging write's control, one stage later than `post` (requantise registers its shift)
+        q_we = [Signal(name=f"post1_we{i}") for i in range(2)]
+        q_addr, q_sb, q_done, q_any = Signal(range(H + 1)), Signal(), Signal(), Signal()
+        m.d.sync += [q_we[0].eq(we0 & a_tap["last"]), q_we[1].eq(we1 & a_tap["last"]),
+                     q_addr.eq(waddr_acc), q_sb.eq(a_tap["sb"]), q_any.eq(a_tap["valid"]),
+                     q_done.eq(a_tap["valid"] & a_tap["last"] & a_tap["end"]),
+                     p_we[0].eq(q_we[0]), p_we[1].eq(q_we[1]), p_addr.eq(q_addr), p_sb.eq(q_sb),
+                     p_any.eq(q_any), p_done.eq(q_done)]
         st_mem = []
         for i in range(2):
             mem = Memory(shape=unsigned(16 * TC), depth=2 * H, init=[])
@@ -379,7 +389,7 @@ class EngineCore(wiring.Component):
 
         # ---------------- status ----------------
         m.d.comb += [self.released.eq(ctl[1]["valid"] & ctl[1]["end"]), self.mac_active.eq(ctl[2]["valid"]),
-                     self.idle.eq(~active & ~p_any & ~Cat(c["valid"] for c in ctl[1:]).any())]
+                     self.idle.eq(~active & ~q_any & ~p_any & ~Cat(c["valid"] for c in ctl[1:]).any())]
         return m
 
     # ------------------------------------------------------------------

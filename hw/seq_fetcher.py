@@ -114,9 +114,14 @@ class SeqFetcher(wiring.Component):
         w_pix, w_oy, w_ox = Signal(ROW_BITS), Signal(16), Signal(16)
         w_iy, w_ix = Signal(signed(18)), Signal(signed(18))
         w_off, w_sbase = Signal(signed(ADDR)), Signal(ADDR)
-        # tap state (ky, kx, ci, byte offset): at the step start, and while walking a row
-        s_ky, s_kx, s_ci, s_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
-        t_ky, t_kx, t_ci, t_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        # tap state (ky, kx, channels left in the tap, byte offset): at the step start, and while
+        # walking a row. The channels left (cin - ci) are kept rather than ci, and the move to the
+        # next kernel row (kx_delta + ky_delta) is summed once per layer, so a run is one compare
+        # after registers and the tap update one adder after the run (the timing proxy's budget)
+        s_ky, s_kx, s_lit, s_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        t_ky, t_kx, t_lit, t_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        kxy_delta = Signal(signed(ADDR))
+        m.d.sync += kxy_delta.eq(f["kx_delta"] + f["ky_delta"])      # the plan is constant while a layer runs
 
         # next cursor after one row
         last_x = w_ox + 1 == f["out_w"]
@@ -138,24 +143,23 @@ class SeqFetcher(wiring.Component):
                          nc_sig["off"].eq(w_off + f["x_step"]), nc_sig["sbase"].eq(w_sbase)]
 
         # one im2col run of the current row: contiguous channels of one kernel tap
-        left_in_tap = f["cin"] - t_ci
         run = Signal(range(2 * TP + 1))
-        m.d.comb += run.eq(Mux(left_in_tap < rem, left_in_tap, rem))
+        m.d.comb += run.eq(Mux(t_lit < rem, t_lit, rem))
         iy = w_iy + t_ky
         ix = w_ix + t_kx
         inside = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
         row_ok = w_sample < w_gend
         # tap state after this run
-        nt_ky, nt_kx, nt_ci, nt_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
-        with m.If(t_ci + run == f["cin"]):
+        nt_ky, nt_kx, nt_lit, nt_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        with m.If(run == t_lit):
             with m.If(t_kx + 1 == f["kw"]):
-                m.d.comb += [nt_ky.eq(t_ky + 1), nt_kx.eq(0), nt_ci.eq(0),
-                             nt_off.eq(t_off + 2 * run + f["kx_delta"] + f["ky_delta"])]
+                m.d.comb += [nt_ky.eq(t_ky + 1), nt_kx.eq(0), nt_lit.eq(f["cin"]),
+                             nt_off.eq(t_off + 2 * run + kxy_delta)]
             with m.Else():
-                m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx + 1), nt_ci.eq(0),
+                m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx + 1), nt_lit.eq(f["cin"]),
                              nt_off.eq(t_off + 2 * run + f["kx_delta"])]
         with m.Else():
-            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_ci.eq(t_ci + run), nt_off.eq(t_off + 2 * run)]
+            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_lit.eq(t_lit - run), nt_off.eq(t_off + 2 * run)]
 
         accepted = self.rd_cmd.valid & self.rd_cmd.ready
 
@@ -205,7 +209,7 @@ class SeqFetcher(wiring.Component):
                 with m.If(blk_fifo.w_rdy):
                     m.d.comb += blk_fifo.w_en.eq(1)
                     m.d.sync += [t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), p0.eq(0),
-                                 s_ky.eq(0), s_kx.eq(0), s_ci.eq(0), s_off.eq(0),
+                                 s_ky.eq(0), s_kx.eq(0), s_lit.eq(f["cin"]), s_off.eq(0),
                                  wrow.eq(f["weight_base"] + 2 * col0)]
                     m.next = "STEP"
             with m.State("STEP"):
@@ -223,7 +227,7 @@ class SeqFetcher(wiring.Component):
                              w_off.eq(c_off[qv]), w_sbase.eq(c_sbase[qv]), j.eq(0), q.eq(qv),
                              rem.eq(nl), lane.eq(0)]
                 if taps_too:
-                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_ci.eq(s_ci), t_off.eq(s_off)]
+                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off)]
 
             with m.State("WEIGHTS"):      # per weight row, one read per group q (wq, wq_off = q*cw)
                 m.d.comb += [self.rd_cmd.valid.eq(1), cmd.addr.eq(wrow - 2 * wq_off),
@@ -270,7 +274,7 @@ class SeqFetcher(wiring.Component):
                 with m.If(accepted):
                     with m.If(row_last):
                         # every row walks the same taps: the state after a row is the next step's start
-                        m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_ci.eq(s_ci), t_off.eq(s_off),
+                        m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off),
                                      rem.eq(nl), lane.eq(0), j.eq(j + 1)]
                         for k in nc_sig:
                             m.d.sync += {"sample": w_sample, "pix": w_pix, "oy": w_oy, "ox": w_ox, "iy": w_iy,
@@ -286,7 +290,7 @@ class SeqFetcher(wiring.Component):
                             with m.Else():
                                 # the step's reads are all issued: on to the next step, block or pass
                                 m.d.sync += [p0.eq(p0 + TPk),
-                                             s_ky.eq(nt_ky), s_kx.eq(nt_kx), s_ci.eq(nt_ci), s_off.eq(nt_off)]
+                                             s_ky.eq(nt_ky), s_kx.eq(nt_kx), s_lit.eq(nt_lit), s_off.eq(nt_off)]
                                 with m.If(last):
                                     m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
                                     with m.If(bi + 1 == n_sel):
@@ -313,6 +317,6 @@ class SeqFetcher(wiring.Component):
                                     with m.Else():
                                         m.next = "STEP"
                     with m.Else():
-                        m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_ci.eq(nt_ci), t_off.eq(nt_off),
+                        m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_lit.eq(nt_lit), t_off.eq(nt_off),
                                      rem.eq(rem - run), lane.eq(lane + run)]
         return m

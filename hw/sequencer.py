@@ -20,7 +20,10 @@ Four machines, each a Component of its own, joined by typed streams
 
 Everything the sequencer would need a multiplier for is precomputed by the
 host into the descriptor (hw/descriptor.py) or built by repeated addition.
-This module only instantiates and connects the four.
+This module only instantiates and connects the four, with a register slice
+(hw/stream_slice.py) on each stream to and from the DMA, so that no path runs
+from the control unit's logic into the DMA's or back (the timing proxy,
+docs/resources.md).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner
 from fluidnpu.hw.seq_streams import ADDR, register_ports, store_control_params
 from fluidnpu.hw.seq_writer import SeqWriter
+from fluidnpu.hw.stream_slice import StreamSlice
 
 
 class Sequencer(wiring.Component):
@@ -104,34 +108,51 @@ class Sequencer(wiring.Component):
         wiring.connect(m, loader.staging, writer.staging)
         m.d.comb += fetcher.core_idle.eq(loader.idle)
 
-        # one read command port: the planner's descriptor reads (only between layers), else the fetcher's
+        # one read command port: the planner's descriptor reads (only between layers), else the fetcher's,
+        # through a forward register slice: the fetcher's im2col run ends at a register, not in the
+        # DMA's burst planning (+1 cycle on every read's trip; hw/stream_slice.py)
+        m.submodules.rd_slice = rd_slice = StreamSlice(fetcher.rd_cmd.payload.shape())
         desc = planner.desc_cmd.valid
-        cmd = Signal.like(fetcher.rd_cmd.payload)
-        m.d.comb += cmd.eq(Mux(desc, planner.desc_cmd.payload, fetcher.rd_cmd.payload))
-        m.d.comb += [self.rd_cmd_valid.eq(desc | fetcher.rd_cmd.valid),
+        m.d.comb += [rd_slice.i.payload.eq(Mux(desc, planner.desc_cmd.payload, fetcher.rd_cmd.payload)),
+                     rd_slice.i.valid.eq(desc | fetcher.rd_cmd.valid),
+                     planner.desc_cmd.ready.eq(rd_slice.i.ready),
+                     fetcher.rd_cmd.ready.eq(rd_slice.i.ready & ~desc)]
+        cmd = rd_slice.o.payload
+        m.d.comb += [self.rd_cmd_valid.eq(rd_slice.o.valid), rd_slice.o.ready.eq(self.rd_cmd_ready),
                      self.rd_cmd_addr.eq(cmd.addr), self.rd_cmd_nwords.eq(cmd.nwords),
-                     self.rd_cmd_zero.eq(cmd.zero), self.rd_cmd_tag.eq(cmd.tag),
-                     planner.desc_cmd.ready.eq(self.rd_cmd_ready),
-                     fetcher.rd_cmd.ready.eq(self.rd_cmd_ready & ~desc)]
-        # responses to the loader
-        m.d.comb += [loader.rd_rsp.valid.eq(self.rd_rsp_valid), self.rd_rsp_ready.eq(loader.rd_rsp.ready),
-                     loader.rd_rsp.payload.data.eq(self.rd_rsp_data), loader.rd_rsp.payload.tag.eq(self.rd_rsp_tag)]
+                     self.rd_cmd_zero.eq(cmd.zero), self.rd_cmd_tag.eq(cmd.tag)]
+        # responses to the loader through a skid buffer: rd_rsp_ready (the DMA's R ready) is a
+        # register, not the end of the core's step hand-over logic; no latency at full rate
+        m.submodules.rsp_slice = rsp_slice = StreamSlice(loader.rd_rsp.payload.shape(), forward=False,
+                                                         backward=True)
+        m.d.comb += [rsp_slice.i.valid.eq(self.rd_rsp_valid), self.rd_rsp_ready.eq(rsp_slice.i.ready),
+                     rsp_slice.i.payload.data.eq(self.rd_rsp_data), rsp_slice.i.payload.tag.eq(self.rd_rsp_tag)]
+        wiring.connect(m, rsp_slice.o, loader.rd_rsp)
         # the loader fills the core's buffers and hands it the steps
         for ours, theirs in ((self.in_wr, loader.in_wr), (self.w_wr, loader.w_wr), (self.b_wr, loader.b_wr),
                              (self.step, loader.core_step)):
             wiring.connect(m, wiring.flipped(ours), theirs)
         m.d.comb += loader.released.eq(self.released)
-        # the writer drains staging to the DMA
+        # the writer drains staging to the DMA through a forward register slice: the writer's word
+        # offset and address logic end at a register, not in the DMA's burst planning (+1 cycle a write)
+        m.submodules.wr_slice = wr_slice = StreamSlice(writer.wr.payload.shape())
+        wiring.connect(m, writer.wr, wr_slice.i)
         m.d.comb += [writer.block_done.eq(self.block_done), self.st_sb.eq(writer.st_sb), self.st_j.eq(writer.st_j),
                      writer.st_data.eq(self.st_data),
-                     self.wr_valid.eq(writer.wr.valid), writer.wr.ready.eq(self.wr_ready),
-                     self.wr_addr.eq(writer.wr.payload.addr), self.wr_nwords.eq(writer.wr.payload.nwords),
-                     self.wr_data.eq(writer.wr.payload.data)]
+                     self.wr_valid.eq(wr_slice.o.valid), wr_slice.o.ready.eq(self.wr_ready),
+                     self.wr_addr.eq(wr_slice.o.payload.addr), self.wr_nwords.eq(wr_slice.o.payload.nwords),
+                     self.wr_data.eq(wr_slice.o.payload.data)]
 
         # the layer is over when every read is answered and every machine and the DMA's writes are idle
-        rd_out = Signal(range(64))         # read commands accepted, responses not yet consumed
-        issued = self.rd_cmd_valid & self.rd_cmd_ready
-        consumed = self.rd_rsp_valid & self.rd_rsp_ready
+        # (counted at the slices' far ends, so a command or response held in a slice counts as in flight)
+        rd_out = Signal(range(64))         # read commands issued, responses not yet consumed
+        issued = rd_slice.i.valid & rd_slice.i.ready
+        consumed = loader.rd_rsp.valid & loader.rd_rsp.ready
         m.d.sync += rd_out.eq(rd_out + issued - consumed)
-        m.d.comb += planner.drained.eq(fetcher.idle & loader.idle & writer.idle & self.wr_idle & (rd_out == 0))
+        # registered (the planner's state logic then starts at a register: +1 cycle a layer), and
+        # cleared by `go`, so the cycle after it never sees the idle machines of before the layer
+        drained = Signal()
+        m.d.sync += drained.eq(fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
+                               & (rd_out == 0) & ~planner.go)
+        m.d.comb += planner.drained.eq(drained)
         return m

@@ -413,9 +413,9 @@ def test_reference_wrap_and_packing():
 def test_parameters_and_latency():
     core = sized(**SMALL)
     assert core.modes == (K1, K2, KHALF)
-    assert core.latency == {K1: 4 + 2, K2: 4 + 3, KHALF: 4 + 1}      # 4 + ceil(log2 TPk)
+    assert core.latency == {K1: 5 + 2, K2: 5 + 3, KHALF: 5 + 1}      # 5 + ceil(log2 TPk)
     assert sized(TR=4, TP=1, TC=1, NB=2).modes == (K1,)
-    assert sized(TR=6, TP=3, TC=5, NB=2).latency == {K1: 6, K2: 7, KHALF: 5}
+    assert sized(TR=6, TP=3, TC=5, NB=2).latency == {K1: 7, K2: 8, KHALF: 6}
     with pytest.raises(ValueError):
         EngineCore(TR=8, TP=4, TC=4, NB=3)
     with pytest.raises(ValueError):
