@@ -62,9 +62,11 @@ class LogicCosts:
 
     # control: sequencer, AXI DMA, AXI4-Lite registers, top glue
     lut_base: float = 3086.0
-    ff_base: float = 2351.0
+    ff_base: float = 2506.0              # 2,351 fitted + 155 measured for the register slices (see below)
     lut_per_dma_word: float = 121.0      # per 16-bit word of NMAX: DMA queues, response and write registers
-    ff_per_dma_word: float = 64.2
+    # 64.2 fitted + 32 measured: the write-command slice and the read-response skid buffer hold one
+    # NMAX-word each (docs/resources.md "Timing proxy", the slices' cost: Yosys before/after, 10 NPUs)
+    ff_per_dma_word: float = 96.2
     lut_per_port_word: float = 67.1      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
     ff_per_port_word: float = 16.8
     lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
@@ -77,13 +79,13 @@ class LogicCosts:
     ff_per_axi_port_word: float = 48.2
     lut_per_merge_word: float = 17.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
     # engine
-    lut_core_base: float = 610.0
-    ff_core_base: float = 391.0
-    lut_per_pe: float = 627.0            # accumulate adders, requantise/saturate/ReLU, bias selection
-    ff_per_pe: float = 295.0             # bias registers, accumulate and post-processing registers
-    lut_per_mac: float = 32.6            # adder-tree adder, weight-register write enables
+    lut_core_base: float = 571.0
+    ff_core_base: float = 406.0
+    lut_per_pe: float = 651.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 363.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 34.5            # adder-tree adder, weight-register write enables
     ff_per_mac: float = 47.5             # double-buffered weight registers, tree pipeline registers
-    lut_per_mux_input_bit: float = 0.959 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_per_mux_input_bit: float = 0.947 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
     lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
     ff_per_stack_pair: float = 202.0
 
