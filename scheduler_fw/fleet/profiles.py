@@ -95,7 +95,7 @@ def npu_segment_seconds(bundle: Any, workload: Any) -> list[list[float]]:
                          f"{have} layers x Bmax entries")
     d = bundle.data["dse"]
     opts = DSEOptions(bmax=bundle.bmax, batching=d["batching"], stackable=d["stackable"], timing=bundle.timing,
-                      clock_mhz=bundle.clock_mhz, banks=bundle.banks)
+                      clock_mhz=bundle.clock_mhz, banks=bundle.banks, ports=bundle.ports)
     TR, TP, TC = bundle.design
     res = evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True)
     return [[c / (bundle.clock_mhz * 1e6) for c in row] for row in res.segment_cycles()]
