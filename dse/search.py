@@ -231,7 +231,7 @@ class Scorer:
         sum of each layer's lowest lower bound over the choices bounds it from below on the
         whole range, and Eq. 2's objective (decreasing in every time) from above.
 
-        `threshold`: only the ranges whose bound reaches it are wanted. The batch sizes are then
+        `threshold`: only the ranges whose bound reaches it (within rounding) are wanted. The batch sizes are then
         priced smallest first (the fewest <BR, k>, the most memory-bound), each only for the
         ranges whose bound so far, with the batch sizes not yet priced at their peak share
         (`peak_bound`), still reaches it; the others get that partial bound, which is below the
@@ -241,6 +241,9 @@ class Scorer:
         opts = self.options
         weights = opts.batch_weights()
         peak = 2.0 * TP * TC * self.clock_mhz * 1e6 / 1e9
+        # the partial sums add in another order than the full bound: a range that ties the threshold
+        # (exact ties are common: TRs whose blocks split alike) must not fall below it by rounding
+        threshold -= abs(threshold) * 1e-9
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
         if np.isfinite(threshold):

@@ -222,6 +222,11 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
         assert (bound >= score).all() and (p > 1 or np.array_equal(score, bound))
         # and no design beats its peak share at any b, which the search's pruning takes as given
         assert (score <= scorer.peak_bound(TP, TC) * (1 + 1e-12)).all()
+        # a threshold the search prices against keeps every design that reaches it, ties included
+        # (the batch sizes priced one by one add up in another order than the full sum)
+        top = score >= np.sort(score)[-20]
+        assert np.array_equal(scorer.score_bound(TR[top], TR[top], TP[top], TC[top],
+                                                 threshold=float(score[top].min()))[0], score[top])
         i = np.lexsort((TR, TC, TP, -score))[0]
         if score[i] > best[0]:
             best = (score[i], (TR[i], TP[i], TC[i], nb, p))
