@@ -86,7 +86,7 @@ def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
     util = r.resources.utilisation(board)
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     return {"model": model, "board": board_name, "workload": "with exits", "scheme": scheme,
-            "TR": r.TR, "TP": r.TP, "TC": r.TC, "NB": r.NB, "paper": "x".join(map(str, PAPER[model, board_name])),
+            "TR": r.TR, "TP": r.TP, "TC": r.TC, "NB": r.NB, "ports": r.ports, "paper": "x".join(map(str, PAPER[model, board_name])),
             "dsp_pct": round(100 * util["dsp"], 2), "bram_pct": round(100 * util["bram36"], 2),
             "uram_pct": round(100 * util["uram"], 2), "lut_pct": round(100 * util["lut"], 2),
             "ff_pct": round(100 * util["ff"], 2), "gops_b1": round(r.gops[0], 1), "gops_b4": round(r.gops[3], 1),
@@ -100,14 +100,15 @@ def picks_markdown(rows: list[dict]) -> str:
     """The four picks (both zoo models with exits on both boards, Fluid + Stackable PEs, Bmax 8) against
     issue 7's targets: DSP >= 98 %, LUT <= 80 %, the rest <= 100 %, >= 88 % of the board's DSP peak for
     ResNet-50 at b = 4..8."""
-    out = ["| model / board | pick <TR, TP, TC> | banks NB | DSP | LUT | FF | BRAM36 | URAM | GOp/s b=1 | b=4 | b=8 "
-           "| share of board peak b=1 / b=4 / b=8 (min over b=4..8) | DSE s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| model / board | pick <TR, TP, TC> | banks NB | AXI ports P | DSP | LUT | FF | BRAM36 | URAM | GOp/s b=1 "
+           "| b=4 | b=8 | share of board peak b=1 / b=4 / b=8 (min over b=4..8) | DSE s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["workload"] != "with exits" or r["scheme"] != SCHEMES[0][0]:
             continue
         fr = [r[f"board_peak_frac_b{b}"] for b in range(1, 9)]
-        out.append(f"| {r['model']} / {r['board']} | <{r['TR']}, {r['TP']}, {r['TC']}> | {r['NB']} | {r['dsp_pct']:.1f} % | "
+        out.append(f"| {r['model']} / {r['board']} | <{r['TR']}, {r['TP']}, {r['TC']}> | {r['NB']} | {r['ports']} | "
+                   f"{r['dsp_pct']:.1f} % | "
                    f"{r['lut_pct']:.1f} % | {r['ff_pct']:.1f} % | {r['bram_pct']:.1f} % | {r['uram_pct']:.1f} % | "
                    f"{r['gops_b1']:.1f} | {r['gops_b4']:.1f} | {r['gops_b8']:.1f} | "
                    f"{100 * fr[0]:.1f} / {100 * fr[3]:.1f} / {100 * fr[7]:.1f} % ({100 * min(fr[3:]):.1f} %) | "

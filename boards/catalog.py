@@ -125,28 +125,41 @@ class Board:
             raise FluidError(f"unknown resource ceiling(s): {', '.join(sorted(unknown))}")
         return replace(self, ceilings=replace(self.ceilings, **given))
 
-    def bandwidth_bytes_per_s(self, clock_mhz: float | None = None) -> float:
-        """Sustained off-chip bandwidth seen from the PL: the lesser of the AXI HP
-        ports at the PL clock and the DDR's sustained rate."""
+    def bandwidth_bytes_per_s(self, clock_mhz: float | None = None, ports: int | None = None) -> float:
+        """Sustained off-chip bandwidth seen from the PL: the lesser of `ports` AXI HP ports
+        (default: all the board's) at the PL clock and the DDR's sustained rate."""
         f = (clock_mhz or self.clock_mhz) * 1e6
-        hp = self.hp_ports * self.hp_width_bits / 8 * f
+        hp = (ports or self.hp_ports) * self.hp_width_bits / 8 * f
         ddr = self.ddr_width_bits / 8 * self.ddr_mega_transfers * 1e6 * self.ddr_efficiency
         return min(hp, ddr)
 
-    def bytes_per_cycle(self, clock_mhz: float | None = None) -> float:
+    def bytes_per_cycle(self, clock_mhz: float | None = None, ports: int | None = None) -> float:
         f = (clock_mhz or self.clock_mhz) * 1e6
-        return self.bandwidth_bytes_per_s(clock_mhz) / f
+        return self.bandwidth_bytes_per_s(clock_mhz, ports) / f
 
     @property
     def npu_axi_ports(self) -> int:
-        """AXI masters the NPU built for this board has: one per HP port, at most NPU_AXI_PORTS_MAX."""
+        """Most AXI masters an NPU for this board has: one per HP port, at most NPU_AXI_PORTS_MAX
+        (the DSE may use fewer, `port_choices`)."""
         return min(self.hp_ports, NPU_AXI_PORTS_MAX)
 
-    def bus(self, clock_mhz: float | None = None):
-        """The DMA's view of memory: all HP ports' bandwidth (DDR-capped), in beats of one port."""
+    def port_choices(self) -> list[int]:
+        """Every AXI master count P an NPU for this board may be built with, fewest first: each
+        port costs LUTs (dse/resource_model.py control_logic) and buys bandwidth up to the DDR's."""
+        return list(range(1, self.npu_axi_ports + 1))
+
+    def check_ports(self, ports: int) -> None:
+        """Refuse an AXI master count the board cannot wire (1 ..= npu_axi_ports)."""
+        if ports not in self.port_choices():
+            raise FluidError(f"AXI ports P = {ports}: board {self.name} gives the NPU 1..{self.npu_axi_ports}")
+
+    def bus(self, clock_mhz: float | None = None, ports: int | None = None):
+        """The DMA's view of memory through `ports` AXI masters (default: npu_axi_ports): their
+        bandwidth (DDR-capped), in beats of one port."""
         from fluidnpu.dse.perf_model import Bus
 
-        return Bus.of(self.bytes_per_cycle(clock_mhz), self.hp_width_bits / 8, ports=self.npu_axi_ports)
+        n = ports or self.npu_axi_ports
+        return Bus.of(self.bytes_per_cycle(clock_mhz, n), self.hp_width_bits / 8, ports=n)
 
     def check_clock(self, clock_mhz: float) -> None:
         if not 0 < clock_mhz <= self.max_clock_mhz:

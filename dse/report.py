@@ -44,7 +44,7 @@ def mode_study(result: DSEResult, b: int) -> list[LayerModeStudy]:
     layers = result.workload.layers()
     shapes = LayerShapes.of(layers)
     d = (np.array([[result.TR]]), np.array([[result.TP]]), np.array([[result.TC]]))
-    bpc = result.board.bus(result.clock_mhz)
+    bpc = result.board.bus(result.clock_mhz, result.ports)
     timing = result.options.timing
 
     def best(cands: list[Choice]) -> np.ndarray:

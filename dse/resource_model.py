@@ -174,7 +174,8 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
                   banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue.
-    `axi_ports`: AXI masters (the board's HP ports); the fitted terms are one port's."""
+    `axi_ports`: AXI masters P (the DSE's choice, at most the board's HP ports); the fitted terms
+    are one port's."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
     extra = axi_ports - 1
@@ -241,20 +242,23 @@ class Resources:
 
 
 def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool, *,
-                     banks: int | None = None) -> Resources:
-    """Resources of one design (scalar convenience around the vector model)."""
+                     banks: int | None = None, ports: int | None = None) -> Resources:
+    """Resources of one design (scalar convenience around the vector model); `ports`: its AXI
+    masters (None: the board's, `Board.npu_axi_ports`)."""
     bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
-    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable, axi_ports=board.npu_axi_ports,
-                        banks=banks)
+    lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable,
+                        axi_ports=ports or board.npu_axi_ports, banks=banks)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax))
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,
-                     n_layers: int, stackable: bool, *, banks: int | None = None) -> np.ndarray:
-    """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource."""
+                     n_layers: int, stackable: bool, *, banks: int | None = None,
+                     ports: int | None = None) -> np.ndarray:
+    """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource
+    (`ports` AXI masters; None: the board's)."""
     _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
-    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=board.npu_axi_ports, banks=banks)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks)
     return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
             & (ff <= board.limit("ff")))
 
@@ -292,7 +296,7 @@ def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = 
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
-           tr_cap: int, *, banks: int | None = None) -> np.ndarray:
+           tr_cap: int, *, banks: int | None = None, ports: int | None = None) -> np.ndarray:
     """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
 
     Memory use is monotone in TR, so a vectorised binary search is exact.
@@ -305,6 +309,6 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
         if not active.any():
             return lo
         mid = (lo + hi) // 2
-        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks)
+        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)

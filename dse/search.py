@@ -3,13 +3,15 @@
     d* = argmax_d  sum_b  w_b * max_{k, BR} perf_W(d, b, k, BR)
 
 Every <TR, TP, TC> that fits the board is visited, at every input-bank count NB
-the batching can use (docs/interpretations.md, "Bank count"): every <TP, TC> with
-TP*TC <= DSPs and every TR up to the largest that fits it with NB banks. The cycles are not
+the batching can use (docs/interpretations.md, "Bank count") and every count P of
+AXI masters the board can wire ("AXI port count"): every <TP, TC> with
+TP*TC <= DSPs and every TR up to the largest that fits it with NB banks and P ports. The cycles are not
 monotone in TR (a layer's first step and last write-out grow with its blocks),
 so the search scores some designs and bounds the others, by branch and bound
 over ranges of TR (`branch_and_bound`; the bound and its proof:
 perf_model.layer_cycles_bound, docs/interpretations.md, Eq. 2). Ties go to the
-smaller TP, then TC, then TR. For each design, batch size b and layer, the best
+smaller TP, then TC, then TR, across bank and port counts to fewer ports, then
+fewer banks (fewer LUTs). For each design, batch size b and layer, the best
 <BR, k> is taken per layer, which maximises the workload's GOp/s at b because
 the layers' times add up.
 """
@@ -56,6 +58,7 @@ class DSEOptions:
     clock_mhz: float | None = None
     timing: EngineTiming = DEFAULT_TIMING
     banks: int | None = None     # input banks NB; None: search every count the batching can use
+    ports: int | None = None     # AXI masters P; None: search 1 .. the board's HP ports
 
     def batch_weights(self) -> np.ndarray:
         if self.fixed_batch is not None:
@@ -80,6 +83,14 @@ class DSEOptions:
         """NB of a design given without a search: the option, else the most the batching uses."""
         return self.banks if self.banks is not None else input_banks(self.bmax, self.packing)
 
+    def port_options(self, board: Board) -> list[int]:
+        """The AXI master counts P the search tries, fewest first (ties go to fewer ports)."""
+        return [self.ports] if self.ports is not None else board.port_choices()
+
+    def given_ports(self, board: Board) -> int:
+        """P of a design given without a search: the option, else every HP port of the board."""
+        return self.ports if self.ports is not None else board.npu_axi_ports
+
     def validate(self, board: Board) -> None:
         if not 1 <= self.bmax <= MAX_BMAX:
             raise FluidError(f"Bmax must be in [1, {MAX_BMAX}], got {self.bmax}")
@@ -94,6 +105,8 @@ class DSEOptions:
                 raise FluidError("batch weights w_b must be >= 0 with at least one > 0")
         if self.banks is not None:
             check_banks(self.banks, self.bmax if self.packing else 2)
+        if self.ports is not None:
+            board.check_ports(self.ports)
         board.check_clock(self.clock_mhz or board.clock_mhz)
 
 
@@ -210,22 +223,38 @@ class Scorer:
     macs: float
     banks: int               # the engines' input banks NB
 
-    def score_bound(self, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray,
-                    TC: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def score_bound(self, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, TC: np.ndarray,
+                    threshold: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
         """(score at TR = hi, upper bound on the score at every TR in [lo, hi]) per design.
 
         The workload's time at b is the sum over layers of the best choice's cycles, so the
         sum of each layer's lowest lower bound over the choices bounds it from below on the
         whole range, and Eq. 2's objective (decreasing in every time) from above.
+
+        `threshold`: only the ranges whose bound reaches it (within rounding) are wanted. The batch sizes are then
+        priced smallest first (the fewest <BR, k>, the most memory-bound), each only for the
+        ranges whose bound so far, with the batch sizes not yet priced at their peak share
+        (`peak_bound`), still reaches it; the others get that partial bound, which is below the
+        threshold, and score -inf. Ranges that cannot win (a losing port or bank count, most of
+        all) are so dropped for a fraction of their price.
         """
         opts = self.options
-        col = (lo[:, None], hi[:, None])
-        modes = modes_of(TP[:, None], TC[:, None], self.shapes, k_codes(opts.stackable), self.bus,
-                         opts.timing)
+        weights = opts.batch_weights()
+        peak = 2.0 * TP * TC * self.clock_mhz * 1e6 / 1e9
+        # the partial sums add in another order than the full bound: a range that ties the threshold
+        # (exact ties are common: TRs whose blocks split alike) must not fall below it by rounding
+        threshold -= abs(threshold) * 1e-9
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
-        for b, w in enumerate(opts.batch_weights(), start=1):
-            if w == 0:
+        live = np.arange(lo.size)
+        if np.isfinite(threshold):
+            bound += float(weights.sum()) * peak
+            live = live[bound >= threshold]
+        for b, w in enumerate(weights, start=1):
+            if w == 0 or live.size == 0:
                 continue
+            col = (lo[live, None], hi[live, None])
+            modes = modes_of(TP[live, None], TC[live, None], self.shapes, k_codes(opts.stackable), self.bus,
+                             opts.timing)
             best_hi = best_lo = None
             for ch in choices(opts.batching, b, opts.stackable):
                 setup = choice_setup(modes, self.shapes, b, ch, self.banks)
@@ -233,8 +262,13 @@ class Scorer:
                 best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
                 best_lo = low if best_lo is None else np.minimum(best_lo, low)
             gop = w * 2.0 * b * self.macs * self.clock_mhz * 1e6 / 1e9
-            score += gop / (best_hi @ self.counts)
-            bound += gop / (best_lo @ self.counts)
+            score[live] += gop / (best_hi @ self.counts)
+            bound[live] += gop / (best_lo @ self.counts)
+            if np.isfinite(threshold):
+                bound[live] -= w * peak[live]
+                live = live[bound[live] >= threshold]
+        if np.isfinite(threshold):
+            score[np.setdiff1d(np.arange(lo.size), live)] = -np.inf
         return score, bound
 
     def peak_bound(self, TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
@@ -274,6 +308,7 @@ class DSEResult:
     n_scored: int = 1                # designs the search scored exactly (the rest were bounded)
     timing_proxy: TimingEstimate | None = None   # longest path in LUT levels (dse/timing_model.py)
     NB: int = 2                      # input banks of the engine (a generator parameter the DSE chooses)
+    ports: int = 1                   # AXI masters P (a generator parameter the DSE chooses)
 
     def segment_cycles(self) -> list[list[int]]:
         """Nexits x Bmax: cycles of each exit segment (backbone part + exit head) at each b."""
@@ -327,7 +362,8 @@ class SearchOutcome:
 
 
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
-                     progress: ProgressFn | None = None, floor: float = -np.inf) -> SearchOutcome:
+                     progress: ProgressFn | None = None, floor: float = -np.inf,
+                     ties: bool = False) -> SearchOutcome:
     """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
     so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
 
@@ -338,9 +374,14 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     the optimum. Ranges start as the whole [1, tr_max]: the bound there is the body at the
     largest TR (the old search's score) plus the edges at TR = 1, which already drops most pairs.
 
-    `floor`: a score already found elsewhere (another bank count, earlier in the tie order); only
-    designs scoring above it are sought: the outcome's score is then <= floor when there is none.
+    `floor`: a score already found elsewhere (another bank or port count); only designs scoring
+    above it are sought (`ties`: or equal to it, when this space comes earlier in the tie order):
+    the outcome's score is then <= floor (< floor with `ties`) when there is none.
     """
+
+    def above(x: np.ndarray | float) -> np.ndarray:
+        return (x >= floor) if ties else (x > floor)
+
     n_total = int(tr_max.sum())
     pair_score = np.full(TP.size, -np.inf)
     pair_tr = np.zeros(TP.size, dtype=np.int64)
@@ -348,14 +389,17 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     # among the largest arrays, are dropped on that bound alone
     peak = scorer.peak_bound(TP, TC)
     seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS]
-    seed_score = scorer.score_bound(tr_max[seed], tr_max[seed], TP[seed], TC[seed])[0]
-    pair = np.flatnonzero((peak > floor) & (peak >= seed_score.max()))
-    n_scored = seed.size
+    seed_score = scorer.score_bound(tr_max[seed], tr_max[seed], TP[seed], TC[seed], threshold=floor)[0]
+    seed_best = float(seed_score.max())
+    pair = np.flatnonzero(above(peak) & (peak >= seed_best))
+    n_scored = int(np.isfinite(seed_score).sum())
     lo, hi = np.ones(pair.size, dtype=np.int64), tr_max[pair].astype(np.int64)
     best, key = -np.inf, (0, 0, 0)
     while pair.size:
-        score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair])
-        n_scored += pair.size
+        # a range whose bound is below a design already scored (the seeds', the best so far) or
+        # the floor holds no winner: its batch sizes stop being priced once that shows
+        score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair], threshold=max(best, floor, seed_best))
+        n_scored += int(np.isfinite(score).sum())
         # each pair's best scored design (ties to the smaller TR)
         order = np.lexsort((hi, -score))
         pairs, first = np.unique(pair[order], return_index=True)
@@ -364,10 +408,10 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
         pair_score[pairs[better]], pair_tr[pairs[better]] = score[cand[better]], hi[cand[better]]
         i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
         best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
-        if best > floor:
+        if above(best):
             live = (bound > best) | ((bound == best) & _before(TP[pair], TC[pair], lo, key))
         else:
-            live = bound > floor
+            live = above(bound)
         pair, lo, hi = pair[live], lo[live], hi[live] - 1
         left = hi >= lo
         pair, lo, hi = pair[left], lo[left], hi[left]
@@ -380,50 +424,80 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     return SearchOutcome(key[2], key[0], key[1], float(best), pair_score, pair_tr, n_scored)
 
 
-def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
-            progress: ProgressFn | None = None) -> DSEResult:
-    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every bank count NB, scored or
-    bounded) and return the best design with its tables. `progress(done, total)`: designs settled
-    of all that fit. Bank counts are searched fewest first, each against the best score so far,
-    so a count that cannot beat it is dropped on its bounds."""
-    options.validate(board)
-    t0 = time.perf_counter()
-    clock = options.clock_mhz or board.clock_mhz
+@dataclass(frozen=True)
+class Space:
+    """The designs of one bank count NB and one port count P: the pairs that fit and their largest TR."""
+
+    ports: int
+    banks: int
+    TP: np.ndarray
+    TC: np.ndarray
+    tr_max: np.ndarray
+
+    @property
+    def tie_key(self) -> tuple[int, int]:
+        """Ties between spaces go to fewer ports, then fewer banks (fewer LUTs)."""
+        return self.ports, self.banks
+
+
+def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list[Space]:
+    """Every (P, NB) the options allow with the <TP, TC> that fit it, in the order `explore` searches
+    them: most ports first (the board's full bandwidth usually scores best, so its score prunes the
+    others on their bounds), then fewest banks."""
     layers = workload.layers()
     TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
     spaces = []
-    for nb in options.bank_options():
-        tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), options.stackable, tr_cap, banks=nb)
-        keep = tr_max >= 1
-        spaces.append((nb, TP_all[keep], TC_all[keep], tr_max[keep]))
-    n_total = sum(int(t.sum()) for *_, t in spaces)
+    for p in sorted(options.port_options(board), reverse=True):
+        for nb in options.bank_options():
+            tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), options.stackable, tr_cap,
+                            banks=nb, ports=p)
+            keep = tr_max >= 1
+            spaces.append(Space(p, nb, TP_all[keep], TC_all[keep], tr_max[keep]))
+    return spaces
+
+
+def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
+            progress: ProgressFn | None = None) -> DSEResult:
+    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P and bank count
+    NB, scored or bounded) and return the best design with its tables. `progress(done, total)`:
+    designs settled of all that fit. Each (P, NB) is searched against the best score so far
+    (`design_spaces` gives the order), so one that cannot beat it is dropped on its bounds; one
+    earlier in the tie order (fewer ports, then banks) also keeps designs that equal it."""
+    options.validate(board)
+    t0 = time.perf_counter()
+    clock = options.clock_mhz or board.clock_mhz
+    spaces = design_spaces(workload, board, options)
+    n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
     if n_total == 0:
         raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
-    reps, counts = unique_layers(layers)
+    reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
     found: SearchOutcome | None = None
-    found_at: tuple[int, np.ndarray, np.ndarray] | None = None
+    found_in: Space | None = None
     n_scored, done = 0, 0
-    for nb, TP, TC, tr_max in spaces:
-        if tr_max.size == 0:
+    for sp in spaces:
+        if sp.tr_max.size == 0:
             continue
-        scorer = Scorer(shapes, counts, options, board.bus(clock), clock, float(workload.total_macs), nb)
+        scorer = Scorer(shapes, counts, options, board.bus(clock, sp.ports), clock, float(workload.total_macs),
+                        sp.banks)
         step = (lambda d, _t, base=done: progress(base + d, n_total)) if progress else None
-        out = branch_and_bound(scorer, TP, TC, tr_max, step, floor=found.score if found else -np.inf)
-        done += int(tr_max.sum())
+        ties = found_in is not None and sp.tie_key < found_in.tie_key
+        out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=found.score if found else -np.inf,
+                               ties=ties)
+        done += int(sp.tr_max.sum())
         n_scored += out.n_scored
-        if found is None or out.score > found.score:
-            found, found_at = out, (nb, TP, TC)
-    assert found is not None and found_at is not None
-    nb, TP, TC = found_at
+        if found is None or out.score > found.score or (ties and out.score == found.score):
+            found, found_in = out, sp
+    assert found is not None and found_in is not None
+    sp = found_in
     result = _finish(workload, board, options, clock, found.TR, found.TP, found.TC, found.score,
-                     n_designs=n_total, t0=t0, banks=nb)
+                     n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)
     result.n_scored = n_scored
-    others = [j for j in np.lexsort((found.pair_tr, TC, TP, -found.pair_score))
-              if (TP[j], TC[j]) != (found.TP, found.TC)][:5]
-    result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(TP[j]), "TC": int(TC[j]), "NB": nb,
-                          "score": float(found.pair_score[j])} for j in others]
+    others = [j for j in np.lexsort((found.pair_tr, sp.TC, sp.TP, -found.pair_score))
+              if (sp.TP[j], sp.TC[j]) != (found.TP, found.TC)][:5]
+    result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(sp.TP[j]), "TC": int(sp.TC[j]), "NB": sp.banks,
+                          "ports": sp.ports, "score": float(found.pair_score[j])} for j in others]
     return result
 
 
@@ -431,10 +505,11 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
                     options: DSEOptions = DSEOptions(), allow_oversize: bool = False) -> DSEResult:
     """The tables and figures of one given design (no search over <TR, TP, TC>).
 
-    Its input banks are `options.banks`, or, when that is None, the bank count that fits and
-    scores best (ties: fewer banks; the most the batching uses when oversize designs are allowed).
-    A design that does not fit the board is refused unless allow_oversize (for studies of other
-    people's design points); its memory use is then reported as infinite.
+    Its input banks and AXI ports are `options.banks` and `options.ports`, or, where None, the
+    counts that fit and score best (ties: fewer ports, then fewer banks; the most the batching
+    uses and every HP port when oversize designs are allowed). A design that does not fit the
+    board is refused unless allow_oversize (for studies of other people's design points); its
+    memory use is then reported as infinite.
     """
     options.validate(board)
     if min(TR, TP, TC) < 1:
@@ -443,29 +518,30 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     clock = options.clock_mhz or board.clock_mhz
     if allow_oversize:
         return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
-                       t0=time.perf_counter(), banks=options.given_banks())
-    fits = [nb for nb in options.bank_options()
-            if feasible_designs(np.array(TR), np.array(TP), np.array(TC), board, options.bmax, n_layers,
-                                options.stackable, banks=nb)]
+                       t0=time.perf_counter(), banks=options.given_banks(), ports=options.given_ports(board))
+    d = (np.array([TR]), np.array([TP]), np.array([TC]))
+    fits = [(p, nb) for p in options.port_options(board) for nb in options.bank_options()
+            if feasible_designs(*d, board, options.bmax, n_layers, options.stackable, banks=nb, ports=p)]
     if not fits:
-        nb = options.bank_options()[0]
-        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, banks=nb)
+        p, nb = options.port_options(board)[0], options.bank_options()[0]
+        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, banks=nb, ports=p)
         need = buffers_bram36(TR, TP, TC, options.bmax, banks=nb)
-        raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks does not fit {board.name} at Bmax "
-                         f"{options.bmax}: " + "; ".join(over_limits(res, board, need)))
+        raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks and {p} AXI port{'s' * (p > 1)} does "
+                         f"not fit {board.name} at Bmax {options.bmax}: " + "; ".join(over_limits(res, board, need)))
     t0 = time.perf_counter()
     reps, counts = unique_layers(workload.layers())
-    d = (np.array([TR]), np.array([TP]), np.array([TC]))
-    scores = [Scorer(LayerShapes.of(reps), counts, options, board.bus(clock), clock, float(workload.total_macs),
-                     nb).score_bound(d[0], *d)[0][0] for nb in fits]
-    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i]))
-    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1, t0=t0, banks=fits[best])
+    shapes = LayerShapes.of(reps)
+    scores = [Scorer(shapes, counts, options, board.bus(clock, p), clock, float(workload.total_macs),
+                     nb).score_bound(d[0], *d)[0][0] for p, nb in fits]
+    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i][0], -fits[i][1]))
+    p, nb = fits[best]
+    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1, t0=t0, banks=nb, ports=p)
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
-            score: float | None, n_designs: int, t0: float, banks: int) -> DSEResult:
+            score: float | None, n_designs: int, t0: float, banks: int, ports: int) -> DSEResult:
     layers = workload.layers()
-    bpc = board.bus(clock)
+    bpc = board.bus(clock, ports)
     shapes = LayerShapes.of(layers)
     plan = LayerPlan([[0] * options.bmax for _ in layers], [[0] * options.bmax for _ in layers],
                      [[0] * options.bmax for _ in layers], [[False] * options.bmax for _ in layers])
@@ -484,9 +560,10 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
-    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable, banks=banks)
+    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable, banks=banks,
+                                 ports=ports)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,
                      seconds=time.perf_counter() - t0,
-                     timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks), NB=banks)
+                     timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks), NB=banks, ports=ports)

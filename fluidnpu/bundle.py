@@ -23,7 +23,7 @@ from fluidnpu import __version__
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import EngineTiming
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import K_CODES, check_banks, design_banks, fbcb_entry_bits
+from fluidnpu.hw.regmap import K_CODES, check_banks, design_banks, design_ports, fbcb_entry_bits
 from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
@@ -55,7 +55,7 @@ BUNDLE_SCHEMA: dict[str, Any] = {
                                                  "ddr_width_bits", "ddr_mega_transfers", "ddr_efficiency"]},
         "clock_mhz": {"type": "number", "exclusiveMinimum": 0},
         "design": {"type": "object", "required": ["TR", "TP", "TC"],
-                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS, "NB": _POS}},
+                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS, "NB": _POS, "ports": _POS}},
         "bmax": _POS,
         "dse": {"type": "object", "required": ["batching", "stackable", "weights", "timing"],
                 "properties": {"batching": {"enum": ["fluid", "r", "p", "fc"]}, "stackable": {"type": "boolean"},
@@ -165,6 +165,11 @@ class Bundle:
         return design_banks(self.data)
 
     @property
+    def ports(self) -> int:
+        """P, the NPU's AXI masters (`design.ports`; older bundles: every HP port of the board)."""
+        return design_ports(self.data)
+
+    @property
     def timing(self) -> EngineTiming:
         return EngineTiming(**self.data["dse"]["timing"])
 
@@ -214,6 +219,10 @@ class Bundle:
             check_banks(self.banks, bmax)
         except FluidError as e:
             raise FluidError(f"{what}: design.NB: {e}") from None
+        try:
+            self.board.check_ports(self.ports)
+        except FluidError as e:
+            raise FluidError(f"{what}: design.ports: {e}") from None
         TR, TP, TC = self.design
         if TP * TC > self.board.dsp:
             raise FluidError(f"{what}: TP*TC = {TP * TC} exceeds the board's {self.board.dsp} DSPs")
@@ -235,7 +244,7 @@ def bundle_from_result(result: Any) -> Bundle:
         "generator": f"fluidnpu {__version__}",
         "board": result.board.to_dict(),
         "clock_mhz": clock,
-        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC, "NB": result.NB},
+        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC, "NB": result.NB, "ports": result.ports},
         "bmax": opts.bmax,
         "dse": {
             "batching": opts.batching, "stackable": opts.stackable,
@@ -275,7 +284,8 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
     return {
         "model": bundle.workload.name, "board": bundle.board.name, "clock_mhz": bundle.clock_mhz,
         "bmax": bundle.bmax, "batching": d["dse"]["batching"], "stackable": d["dse"]["stackable"],
-        "design": {"TR": TR, "TP": TP, "TC": TC, "NB": bundle.banks}, "searched": d["dse"].get("score_gops") is not None,
+        "design": {"TR": TR, "TP": TP, "TC": TC, "NB": bundle.banks, "ports": bundle.ports},
+        "searched": d["dse"].get("score_gops") is not None,
         "designs_evaluated": d["dse"].get("designs_evaluated"), "designs_scored": d["dse"].get("designs_scored"),
         "dse_seconds": d["dse"].get("seconds"),
         "resources": d["resources"], "utilisation": d.get("utilisation", {}),

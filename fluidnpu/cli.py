@@ -57,14 +57,17 @@ def cli() -> None:
               help="evaluate exactly this design (no search): its resources, FBCB and tables, or why it does not fit")
 @click.option("--banks", type=click.Choice(["2", "4", "8", "16", "32", "64"]), default=None,
               help="input banks NB (power of two, at most Bmax rounded up): the most groups a pass packs "
-                   "(default: searched; with --design, the most Bmax uses)")
+                   "(default: searched; with --design, the count that fits and scores best)")
+@click.option("--ports", type=click.IntRange(min=1), default=None,
+              help="AXI master ports P, 1 .. the board's HP ports: more buy memory bandwidth (up to the DDR's) "
+                   "and cost LUTs (default: searched; with --design, the count that fits and scores best)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], given: str | None, banks: str | None, output: str | None, plot: str | None,
-        as_json: bool) -> None:
+        ceilings: tuple[str, ...], given: str | None, banks: str | None, ports: int | None, output: str | None,
+        plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result, design_summary
@@ -79,7 +82,7 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock,
-                      banks=int(banks) if banks else None)
+                      banks=int(banks) if banks else None, ports=ports)
     if design:
         result = evaluate_given(wl, brd, opts, design)
     else:
@@ -114,10 +117,11 @@ def print_summary(bundle) -> None:
               f"stackable={'yes' if d['dse']['stackable'] else 'no'}, Bmax={bundle.bmax}")
     if d["dse"].get("score_gops") is None:
         out.print(f"the given design (fluidnpu dse --design): [bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], "
-                  f"{bundle.banks} input banks")
+                  f"{bundle.banks} input banks, {bundle.ports} AXI ports")
     elif d["dse"].get("designs_evaluated"):
         out.print(f"best of {d['dse']['designs_evaluated']} designs in {d['dse']['seconds']:.2f} s: "
-                  f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], {bundle.banks} input banks")
+                  f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], {bundle.banks} input banks, "
+                  f"{bundle.ports} AXI ports")
     rt = Table(title="resources")
     for col in ("", "DSP", "BRAM36", "URAM", "LUT", "FF"):
         rt.add_column(col, justify="right")

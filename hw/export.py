@@ -177,7 +177,7 @@ def markdown(params: NpuParams | None = None) -> str:
         "## Design hash (CFG_DESIGN_HASH)",
         "",
         "CRC-32 (the zlib/IEEE polynomial) of the little-endian uint32 words TR, TP, TC, Bmax, L, NB (the input banks, "
-        "`design.NB`) and then the L·Bmax packed FBCB entries in index order (`fluidnpu.hw.regmap.design_hash(bundle)`). A driver "
+        "`design.NB`), P (the AXI master ports, `design.ports`) and then the L·Bmax packed FBCB entries in index order (`fluidnpu.hw.regmap.design_hash(bundle)`). A driver "
         "compares it with its bundle's and refuses a bitstream built from another design.",
         "",
     ]

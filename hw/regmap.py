@@ -386,6 +386,16 @@ def design_banks(bundle: Any) -> int:
     return int(nb)
 
 
+def design_ports(bundle: Any) -> int:
+    """AXI masters P of a Bundle or its dict: `design.ports`, which the DSE writes; a bundle without
+    one uses every HP port of its board (at most MAX_AXI_PORTS; 1 for a board dict that names no count)."""
+    d = _bundle_data(bundle)
+    ports = d["design"].get("ports")
+    if ports is None:
+        return min(int(d["board"].get("hp_ports", 1)), MAX_AXI_PORTS)
+    return int(ports)
+
+
 def fbcb_table(bundle: Any) -> list[int]:
     """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
     d = _bundle_data(bundle)
@@ -402,15 +412,15 @@ def design_hash(bundle: Any) -> int:
     """32-bit fingerprint of what the RTL is built from: design point, Bmax and FBCB table.
 
     CRC-32 (zlib/IEEE, as `crc32` in most C libraries) of the little-endian
-    uint32 words TR, TP, TC, Bmax, L, NB, then the L*Bmax packed FBCB entries in
-    index order. A bundle re-run through the DSE with another result, or a
-    bitstream built from another bundle, gives another value.
+    uint32 words TR, TP, TC, Bmax, L, NB, P (AXI masters), then the L*Bmax packed
+    FBCB entries in index order. A bundle re-run through the DSE with another
+    result, or a bitstream built from another bundle, gives another value.
     """
     d = _bundle_data(bundle)
     des = d["design"]
     table = fbcb_table(d)
     words: Iterable[int] = (des["TR"], des["TP"], des["TC"], d["bmax"], len(d["fbcb"]["entries"]), design_banks(d),
-                            *table)
+                            design_ports(d), *table)
     return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
 
 
@@ -442,7 +452,7 @@ class NpuParams:
     fbcb: tuple[int, ...] = field(default=(), compare=False)  # initial FBCB contents; () = all zero
     nb: int | None = None       # input banks NB (the bundle's design.NB); None: input_banks(bmax)
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
-    axi_ports: int = 1          # AXI4 master ports m_axi0.. (the board's HP ports), DMA commands dealt round-robin
+    axi_ports: int = 1          # AXI4 master ports m_axi0.. (the bundle's design.ports), DMA commands dealt round-robin
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
@@ -479,11 +489,11 @@ class NpuParams:
     @classmethod
     def from_bundle(cls, bundle: Any, axi_dw: int | None = None, axi_ports: int | None = None) -> "NpuParams":
         """Parameters of a Bundle (or its dict); AXI width and port count default to the board's
-        HP port width and HP port count (1 for a board dict that names no count)."""
+        HP port width and the design's AXI masters (`design_ports`)."""
         d = _bundle_data(bundle)
         des = d["design"]
         dw = int(axi_dw if axi_dw is not None else d["board"]["hp_width_bits"])
-        ports = int(axi_ports if axi_ports is not None else d["board"].get("hp_ports", 1))
+        ports = int(axi_ports if axi_ports is not None else design_ports(d))
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
                    fbcb=tuple(fbcb_table(d)), nb=design_banks(d),

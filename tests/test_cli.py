@@ -88,6 +88,8 @@ def test_models_and_boards_json():
     (["dse", "--model", "resnet50", "--board", "zc706", "--exits", "a"], "ONNX"),
     (["dse", "--model", "missing.onnx", "--board", "zc706"], "missing.onnx"),
     (["dse", "--model", "resnet50"], "--board"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--ports", "5"], "AXI ports P = 5"),
+    (["dse", "--model", "resnet50", "--board", "zc706", "--ports", "0"], "--ports"),
     (["show", "nope.json"], "does not exist"),
     (["boards", "nope"], "unknown board"),
 ])

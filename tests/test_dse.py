@@ -20,18 +20,20 @@ from fluidnpu.workload import Exit, Layer, Workload
 
 
 def brute_force(workload, board, bmax, batching="fluid", stackable=True):
-    """Every <TR, TP, TC> that fits, every <BR, k> per layer and b, priced with the explicit
-    block schedule rather than the closed form."""
+    """Every <TR, TP, TC> that fits at every AXI port count P and bank count NB, every <BR, k> per
+    layer and b, priced with the explicit block schedule rather than the closed form. Ties go to
+    the first found: fewer ports, then fewer banks, then smaller TP, TC, TR."""
     clock = board.clock_mhz
-    bus = board.bus()
     layers = workload.layers()
     tr_cap = bmax * max(layer.R for layer in layers)
     ks = k_codes(stackable)
     best = (-1.0, None)
-    for NB, TP in itertools.product(bank_choices(bmax, packs_groups(batching)), range(1, board.dsp + 1)):
+    for P, NB, TP in itertools.product(board.port_choices(), bank_choices(bmax, packs_groups(batching)),
+                                       range(1, board.dsp + 1)):
+        bus = board.bus(clock, P)
         for TC in range(1, board.dsp // TP + 1):
             fits = [TR for TR in range(1, tr_cap + 1)
-                    if feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable, banks=NB)]
+                    if feasible_designs(TR, TP, TC, board, bmax, len(layers), stackable, banks=NB, ports=P)]
             for TR in fits:
                 score = 0.0
                 for b in range(1, bmax + 1):
@@ -51,26 +53,27 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                         total += min(cands)
                     score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
                 if score > best[0] * (1 + 1e-12):
-                    best = (score, (TR, TP, TC, NB))
+                    best = (score, (TR, TP, TC, NB, P))
     return best
 
 
 @pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
 def test_search_finds_brute_force_optimum(tiny_board, tiny_workload, batching, stackable):
-    """The pick is the brute force's over every <TR, TP, TC> that fits at every bank count NB (ties: fewer
-    banks, then smaller TP, TC, TR)."""
+    """The pick is the brute force's over every <TR, TP, TC> that fits at every port count P and bank count
+    NB (ties: fewer ports, then fewer banks, then smaller TP, TC, TR)."""
     opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
     result = explore(tiny_workload, tiny_board, opts)
     score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
     assert math.isclose(result.score, score, rel_tol=1e-9), (result.TR, result.TP, result.TC, design)
-    assert (result.TR, result.TP, result.TC, result.NB) == design
+    assert (result.TR, result.TP, result.TC, result.NB, result.ports) == design
     # every design that fits was scored or bounded, most of them only bounded
     fits = sum(max_tr(*enumerate_tp_tc(tiny_board.dsp), tiny_board, 3, len(tiny_workload.layers()), stackable,
-                      3 * 25, banks=nb).sum() for nb in bank_choices(3, packs_groups(batching)))
+                      3 * 25, banks=nb, ports=p).sum()
+               for p in tiny_board.port_choices() for nb in bank_choices(3, packs_groups(batching)))
     assert result.n_designs == fits and result.n_scored < result.n_designs / 4
     # the chosen design, evaluated on its own, reproduces the score
     again = evaluate_design(tiny_workload, tiny_board, result.TR, result.TP, result.TC,
-                            replace(opts, banks=result.NB))
+                            replace(opts, banks=result.NB, ports=result.ports))
     assert math.isclose(sum(again.gops), score, rel_tol=1e-9)
 
 
@@ -125,8 +128,8 @@ def test_baseline_modes_are_restricted(tiny_board, tiny_workload):
     # weight replication), so on a small board they may get more hardware than Fluid Batching's; on the same
     # hardware Fluid Batching, whose choices include theirs, is never slower at any b.
     for base in (r, fc):
-        same = evaluate_design(tiny_workload, tiny_board, base.TR, base.TP, base.TC, DSEOptions(bmax=4),
-                               allow_oversize=True)
+        same = evaluate_design(tiny_workload, tiny_board, base.TR, base.TP, base.TC,
+                               DSEOptions(bmax=4, ports=base.ports), allow_oversize=True)
         assert all(f >= g * (1 - 1e-12) for f, g in zip(same.gops, base.gops))
     assert not r.options.packing and not fc.options.packing and DSEOptions(bmax=4).packing
     assert r.resources.bram36 <= evaluate_design(tiny_workload, tiny_board, r.TR, r.TP, r.TC, DSEOptions(bmax=4),
@@ -163,7 +166,7 @@ def test_bmax_that_no_design_can_serve(tiny_board, tiny_workload):
     with pytest.raises(FluidError, match="no NPU design fits"):
         explore(tiny_workload, tiny_board, DSEOptions(bmax=32, banks=32))
     # ... but an engine with fewer banks serves Bmax 32, packing at most NB groups a pass
-    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32))
+    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32, ports=4))   # the port count is spanned elsewhere
     assert few.NB < 32 and few.resources.bram36 <= tiny_board.bram36
     with pytest.raises(FluidError, match="input banks NB = 3"):
         explore(tiny_workload, tiny_board, DSEOptions(bmax=4, banks=3))
@@ -192,7 +195,7 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     capped = explore(tiny_workload, tight, DSEOptions(bmax=3))
     assert capped.resources.lut <= tight.limit("lut") < lut
     with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ \([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
-        evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3))
+        evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3, ports=free.ports))
 
 
 @pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
@@ -204,21 +207,29 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
     layers = tiny_workload.layers()
     reps, counts = unique_layers(layers)
     best, n_designs = (-np.inf, None), 0
-    for nb in opts.bank_options():          # fewest banks first: a later count must score strictly higher
+    # fewest ports, then fewest banks first: a later count must score strictly higher
+    for p, nb in itertools.product(opts.port_options(board), opts.bank_options()):
         TP, TC = enumerate_tp_tc(board.dsp)
         top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
-                     banks=nb)
+                     banks=nb, ports=p)
         TR = np.concatenate([np.arange(1, t + 1) for t in top])
         TP, TC = np.repeat(TP, top), np.repeat(TC, top)
         n_designs += TR.size
-        scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(), board.clock_mhz,
+        scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(board.clock_mhz, p), board.clock_mhz,
                         float(tiny_workload.total_macs), nb)
         score, bound = scorer.score_bound(TR, TR, TP, TC)
         # at one TR the bound is the score, but for the several-port skew it leaves out
-        assert (bound >= score).all() and (board.bus().n_ports > 1 or np.array_equal(score, bound))
+        assert (bound >= score).all() and (p > 1 or np.array_equal(score, bound))
+        # and no design beats its peak share at any b, which the search's pruning takes as given
+        assert (score <= scorer.peak_bound(TP, TC) * (1 + 1e-12)).all()
+        # a threshold the search prices against keeps every design that reaches it, ties included
+        # (the batch sizes priced one by one add up in another order than the full sum)
+        top = score >= np.sort(score)[-20]
+        assert np.array_equal(scorer.score_bound(TR[top], TR[top], TP[top], TC[top],
+                                                 threshold=float(score[top].min()))[0], score[top])
         i = np.lexsort((TR, TC, TP, -score))[0]
         if score[i] > best[0]:
-            best = (score[i], (TR[i], TP[i], TC[i], nb))
+            best = (score[i], (TR[i], TP[i], TC[i], nb, p))
     result = explore(tiny_workload, board, opts)
-    assert (result.TR, result.TP, result.TC, result.NB) == best[1] and result.score == best[0]
+    assert (result.TR, result.TP, result.TC, result.NB, result.ports) == best[1] and result.score == best[0]
     assert result.n_designs == n_designs > 20 * result.n_scored

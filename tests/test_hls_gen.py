@@ -45,7 +45,7 @@ EXPECT = {
                   width_key=[f"CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH" for i in range(4)],
                   clock_key="CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ", clock=150, width=64,
                   ddr=["ps/S_AXI_HP0/HP0_DDR_LOWOCM", "ps/S_AXI_HP1/HP1_DDR_LOWOCM", "ps/S_AXI_HP2/HP2_DDR_LOWOCM",
-                       "ps/S_AXI_HP3/HP3_DDR_LOWOCM"], family="zynq"),
+                       "ps/S_AXI_HP3/HP3_DDR_LOWOCM"], family="zynq", ports=4),
     "zcu104": dict(part="xczu7ev-ffvc1156-2-e", board_part="xilinx.com:zcu104:part0:1.1", ps="zynq_ultra_ps_e",
                    clk="pl_clk0", resetn="pl_resetn0", irq="pl_ps_irq0", gp="M_AXI_HPM0_FPD",
                    hp=["S_AXI_HP0_FPD", "S_AXI_HP1_FPD", "S_AXI_HP2_FPD", "S_AXI_HP3_FPD"],
@@ -55,10 +55,15 @@ EXPECT = {
                               "CONFIG.PSU__SAXIGP4__DATA_WIDTH", "CONFIG.PSU__SAXIGP5__DATA_WIDTH"],
                    clock_key="CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ", clock=200, width=128,
                    ddr=["ps/SAXIGP2/HP0_DDR_LOW", "ps/SAXIGP3/HP1_DDR_LOW", "ps/SAXIGP4/HP2_DDR_LOW",
-                        "ps/SAXIGP5/HP3_DDR_LOW"], family="zynquplus"),
+                        "ps/SAXIGP5/HP3_DDR_LOW"], family="zynquplus", ports=2),
 }
 MASTERS = [f"m_axi{i}" for i in range(4)]      # both boards have four HP ports
 INTERFACES = {"s_axi", *MASTERS, "aclk", "aresetn", "interrupt"}
+
+
+def interfaces(ports: int) -> set[str]:
+    """The NPU core's interfaces with `ports` AXI masters (the bundle's design.ports)."""
+    return INTERFACES - set(MASTERS[ports:])
 
 
 class FakeVivado:
@@ -443,10 +448,12 @@ def _tiny_workload():
 
 @pytest.fixture(scope="module", params=["zc706", "zcu104"])
 def project(request, tmp_path_factory):
-    """`fluidnpu vivado --json` on a small bundle for each built-in board (real RTL generation)."""
+    """`fluidnpu vivado --json` on a small bundle for each built-in board (real RTL generation): all four
+    AXI masters on ZC706, two on ZCU104 (the block design wires exactly the bundle's design.ports)."""
     board = request.param
     tmp = tmp_path_factory.mktemp(board)
-    bundle = bundle_from_result(explore(_tiny_workload(), load_board(board), DSEOptions(bmax=4)))
+    bundle = bundle_from_result(explore(_tiny_workload(), load_board(board),
+                                        DSEOptions(bmax=4, ports=EXPECT[board]["ports"])))
     path = tmp / "design.json"
     bundle.save(path)
     out = tmp / "viv"
@@ -465,7 +472,8 @@ def test_outputs_and_summary(project):
     assert {"rtl", "package_ip.tcl", "block_design.tcl", "build.tcl", "build.sh", "README.txt"} <= names
     assert {"fluidnpu_top.v", "fluidnpu_npu.v", "regmap.json"} <= {p.name for p in (out / "rtl").iterdir()}
     assert summary["part"] == exp["part"] and summary["hp_width"] == exp["width"] == bundle.board.hp_width_bits
-    assert summary["m_axi"] == MASTERS and summary["hp_ports"] == exp["hp"]     # the board's four HP ports
+    P = bundle.ports
+    assert summary["m_axi"] == MASTERS[:P] and summary["hp_ports"] == exp["hp"][:P]     # the design's P HP ports
     assert summary["design_hash"] == f"0x{design_hash(bundle):08X}" and summary["vlnv"] == VLNV
     assert summary["outputs"]["bit"].rsplit(".", 1)[0] == summary["outputs"]["hwh"].rsplit(".", 1)[0]
     assert json.loads((out / "rtl" / "regmap.json").read_text())["design"]["design_hash"] == design_hash(bundle)
@@ -485,25 +493,25 @@ def test_package_ip_tcl(project):
     core = fake.npu_core
     assert fake.core_vlnv(core) == VLNV and core["saved"]
     assert Path(core["root"]) == out / "ip" and (out / "ip" / "component.xml").exists()
-    assert set(core["interfaces"]) == INTERFACES
+    assert set(core["interfaces"]) == interfaces(bundle.ports)
     assert {"-busif": "s_axi", "-clock": "aclk"} in core["associations"]
-    for m in MASTERS:
+    for m in MASTERS[:bundle.ports]:
         assert {"-busif": m, "-clock": "aclk"} in core["associations"]
     assert {"-clock": "aclk", "-reset": "aresetn"} in core["associations"]
     assert int(fake.props["address_block:reg0"]["range"]) == WINDOW_BYTES
     hash_param = fake.props["user_parameters:DESIGN_HASH"]
     assert int(hash_param["value"], 0) == design_hash(bundle) and hash_param["value_format"] == "string"
     assert fake.props[core["handle"]]["supported_families"].split()[0] == exp["family"]
-    for m in MASTERS:    # every master: the HP width, and an address space over its whole range
+    for m in MASTERS[:bundle.ports]:    # every master: the HP width, and an address space over its whole range
         assert core["interfaces"][m]["DATA_WIDTH"] == str(exp["width"])
         assert int(fake.props[f"address_spaces:{m}"]["range"]) == 1 << int(core["interfaces"][m]["ADDR_WIDTH"])
     assert fake.called("close_project")
 
 
 def test_package_ip_falls_back_to_name_inference_then_stops(project):
-    _, _, out, _ = project
+    _, bundle, out, _ = project
     fake = run_tcl(out / "package_ip.tcl", infer="names")
-    assert set(fake.npu_core["interfaces"]) == INTERFACES
+    assert set(fake.npu_core["interfaces"]) == interfaces(bundle.ports)
     assert fake.called("ipx::infer_bus_interfaces")
     with pytest.raises(tkinter.TclError, match="inferred no bus interface s_axi"):
         run_tcl(out / "package_ip.tcl", infer="none")
@@ -534,7 +542,8 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
     assert fake.automation[0]["apply_board_preset"] == ("1" if have_board_files else "0")
     ps_props = fake.props["/ps"]
     assert float(ps_props[exp["clock_key"]]) == bundle.clock_mhz == exp["clock"]
-    for key in exp["width_key"]:    # every HP port enabled at the board's width
+    P = bundle.ports
+    for key in exp["width_key"][:P]:    # every HP port the design uses enabled at the board's width
         assert int(ps_props[key]) == exp["width"] == bundle.board.hp_width_bits
     assert "the PS makes" not in printed  # the stand-in makes the clock asked for
     # every NPU interface is connected, and to the right place
@@ -547,23 +556,23 @@ def test_build_tcl_runs_end_to_end(project, have_board_files, capfd):
 
     clk_net = net_of("/npu/aclk")
     assert {f"/ps/{exp['clk']}", f"/ps/{exp['gp_aclk']}", "/rst_npu/slowest_sync_clk", "/smc_regs/aclk",
-            *(f"/ps/{a}" for a in exp["hp_aclk"]), *(f"/smc_mem{i}/aclk" for i in range(4))} <= clk_net
+            *(f"/ps/{a}" for a in exp["hp_aclk"][:P]), *(f"/smc_mem{i}/aclk" for i in range(P))} <= clk_net
     assert net_of("/rst_npu/interconnect_aresetn") == {"/rst_npu/interconnect_aresetn", "/smc_regs/aresetn",
-                                                       *(f"/smc_mem{i}/aresetn" for i in range(4))}
+                                                       *(f"/smc_mem{i}/aresetn" for i in range(P))}
     assert net_of("/npu/aresetn") == {"/rst_npu/peripheral_aresetn", "/npu/aresetn"}
     assert net_of("/rst_npu/ext_reset_in") == {f"/ps/{exp['resetn']}", "/rst_npu/ext_reset_in"}
     assert net_of("/npu/interrupt") == {"/npu/interrupt", f"/ps/{exp['irq']}"}
     intf = set(fake.intf_nets)
     assert {(f"/ps/{exp['gp']}", "/smc_regs/S00_AXI"), ("/smc_regs/M00_AXI", "/npu/s_axi"),
-            *((f"/npu/m_axi{i}", f"/smc_mem{i}/S00_AXI") for i in range(4)),
-            *((f"/smc_mem{i}/M00_AXI", f"/ps/{hp}") for i, hp in enumerate(exp["hp"]))} == intf
+            *((f"/npu/m_axi{i}", f"/smc_mem{i}/S00_AXI") for i in range(P)),
+            *((f"/smc_mem{i}/M00_AXI", f"/ps/{hp}") for i, hp in enumerate(exp["hp"][:P]))} == intf
     npu_pins = {p for n in fake.nets for p in n if p.startswith("/npu/")}
     npu_pins |= {p for pair in fake.intf_nets for p in pair if p.startswith("/npu/")}
     assert npu_pins == {f"/npu/{i}" for i in fake.npu_core["interfaces"]}
     # the address map: the register window of hw/regmap's size, DDR for the NPU's master
     reg = [a for a in fake.addresses if a["segment"] == "/npu/s_axi/reg0"]
     assert len(reg) == 1 and int(reg[0]["-range"], 0) == WINDOW_BYTES and reg[0]["-target_address_space"] == "/ps/Data"
-    for m, seg in zip(MASTERS, exp["ddr"]):     # each master reaches DDR through its own HP port
+    for m, seg in zip(MASTERS[:P], exp["ddr"]):     # each master reaches DDR through its own HP port
         ddr = [a for a in fake.addresses if a["-target_address_space"] == f"/npu/{m}"]
         assert [a["segment"] for a in ddr] == [f"/{seg}"]
     # runs, bitstream, hwh with the same basename, and the driver accepts that hwh for this bundle
@@ -701,7 +710,7 @@ def test_user_board_numbers_follow_the_bundle(tmp_path, base, family, part, hp_w
     assert "board_part" not in fake.projects[1]["props"] and not fake.called("get_board_parts")
     assert fake.automation[0]["apply_board_preset"] == "0"
     assert float(fake.props["/ps"][ps.clock_key]) == clock
-    for i in range(4):
+    for i in range(bundle.ports):
         assert int(fake.props["/ps"][ps.hp(i, "hp_width_key")]) == hp_width
         assert fake.npu_core["interfaces"][f"m_axi{i}"]["DATA_WIDTH"] == str(hp_width)
     assert int(fake.props["user_parameters:DESIGN_HASH"]["value"], 0) == design_hash(bundle)

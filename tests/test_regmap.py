@@ -141,7 +141,7 @@ def test_fbcb_table_and_params_from_bundle(tiny_bundle):
 def test_design_hash_spec_and_sensitivity(tiny_bundle):
     d = tiny_bundle.data
     words = [d["design"]["TR"], d["design"]["TP"], d["design"]["TC"], 4, len(d["fbcb"]["entries"]),
-             d["design"]["NB"], *fbcb_table(d)]
+             d["design"]["NB"], d["design"]["ports"], *fbcb_table(d)]
     assert design_hash(d) == zlib.crc32(struct.pack(f"<{len(words)}I", *words))
     changed = json.loads(json.dumps(d))
     row = changed["fbcb"]["entries"][0]
@@ -158,6 +158,14 @@ def test_design_hash_spec_and_sensitivity(tiny_bundle):
     assert NpuParams.from_bundle(changed).banks == 4
     changed["dse"]["batching"] = "r"
     assert NpuParams.from_bundle(changed).banks == 2
+    # the AXI master count P: in the hash and in the RTL's parameters; a bundle from before
+    # design.ports uses every HP port of its board
+    changed = json.loads(json.dumps(d))
+    changed["design"]["ports"] = 1 if d["design"]["ports"] != 1 else 2
+    assert design_hash(changed) != design_hash(d)
+    assert NpuParams.from_bundle(changed).axi_ports == changed["design"]["ports"]
+    del changed["design"]["ports"]
+    assert NpuParams.from_bundle(changed).axi_ports == min(d["board"]["hp_ports"], 4)
     # things that do not reach the RTL do not change it
     changed = json.loads(json.dumps(d))
     changed["clock_mhz"] = 123.0

@@ -294,3 +294,16 @@ def test_mid_size_npu_generates_quickly_and_lints(tmp_path):
                            "fluidnpu_top.v", "fluidnpu_npu.v"], capture_output=True, text=True, timeout=900,
                           cwd=tmp_path)
     assert proc.returncode == 0 and "%Error" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_bundle_ports_reach_the_npu(tiny_board, tiny_workload):
+    """The DSE's AXI master count P (design.ports) is what the generated NPU has: its masters, its
+    parameters, its design hash; hls_gen wires the block design from the same NpuParams."""
+    from fluidnpu.hw.npu import build_npu
+    from fluidnpu.hw.vivado_wrapper import master_buses
+
+    bundle = bundle_from_result(explore(tiny_workload, tiny_board, DSEOptions(bmax=2, ports=2)))
+    assert bundle.data["design"]["ports"] == bundle.ports == 2
+    top = build_npu(bundle)
+    assert master_buses(top) == ["m_axi0", "m_axi1"]
+    assert top.params.axi_ports == 2 and top.params.design_hash == design_hash(bundle)

@@ -94,7 +94,7 @@ def design_result(bundle: Any, workload: Any) -> Any:
                          f"{have} layers x Bmax entries")
     d = bundle.data["dse"]
     opts = DSEOptions(bmax=bundle.bmax, batching=d["batching"], stackable=d["stackable"], timing=bundle.timing,
-                      clock_mhz=bundle.clock_mhz, banks=bundle.banks)
+                      clock_mhz=bundle.clock_mhz, banks=bundle.banks, ports=bundle.ports)
     TR, TP, TC = bundle.design
     return evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True)
 
