@@ -284,9 +284,10 @@ def leave_one_out(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
     return out
 
 
-def dse_picks(path: Path) -> list[tuple[str, Config]]:
-    """The DSE's Fluid + Stackable picks with exits (docs/figures/dse_designs.json, Bmax = 8): what the
-    model says at the sizes the DSE chooses, far outside the synthesized range."""
+def dse_picks(path: Path) -> list[tuple[str, Config, int, int]]:
+    """The DSE's Fluid + Stackable picks with exits (docs/figures/dse_designs.json, Bmax = 8) with their
+    bank count NB and AXI port count P: what the model says at the sizes the DSE chooses, far outside
+    the synthesized range."""
     from fluidnpu.zoo import zoo_model
 
     if not path.exists():
@@ -296,8 +297,18 @@ def dse_picks(path: Path) -> list[tuple[str, Config]]:
         if d["scheme"] == "Fluid + Stackable PEs" and d["workload"] == "with exits":
             layers = len(zoo_model(d["model"]).layers())
             fam = "xcup" if d["board"] == "zcu104" else "xc7"
-            picks.append((f"{d['model']} {d['board']}", Config(d["TR"], d["TP"], d["TC"], 8, layers, fam)))
+            picks.append((f"{d['model']} {d['board']}", Config(d["TR"], d["TP"], d["TC"], 8, layers, fam),
+                          int(d["NB"]), int(d["ports"])))
     return picks
+
+
+def pick_one(cfg: Config, banks: int, ports: int) -> dict[str, Any]:
+    """The DSE's own figures for a pick at its NB and P (`design_resources`), with the engine's share."""
+    board = load_board(cfg.board)
+    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, True, banks=banks, ports=ports)
+    eng = dict(zip(("lut", "ff"), map(float, engine_logic(cfg.TP, cfg.TC, banks, True))))
+    return {"lut": res.lut, "ff": res.ff, "bram36": res.bram36, "uram": res.uram, "parts": {"engine": eng},
+            "rtl_org_bram36": res.bram36, "rtl_org_uram": res.uram}
 
 
 # ---------------------------------------------------------------- outputs
@@ -484,9 +495,9 @@ def main() -> None:
                                              "max_abs_rel": float(np.max(np.abs(e))), "mean_rel": float(np.mean(e)),
                                              "n": len(e)}
     picks = []
-    for what, c in dse_picks(Path("docs/figures/dse_designs.json")):
-        board, mo = load_board(c.board), model_one(c)
-        picks.append({"design": what, "config": c.label, "lut": mo["lut"], "ff": mo["ff"],
+    for what, c, nb, ports in dse_picks(Path("docs/figures/dse_designs.json")):
+        board, mo = load_board(c.board), pick_one(c, nb, ports)
+        picks.append({"design": what, "config": f"{c.label} NB {nb} P {ports}", "lut": mo["lut"], "ff": mo["ff"],
                       "lut_util": mo["lut"] / board.lut, "ff_util": mo["ff"] / board.ff,
                       "parts": mo["parts"], "bram36": mo["bram36"], "uram": mo["uram"],
                       "rtl_org_bram36": mo["rtl_org_bram36"], "rtl_org_uram": mo["rtl_org_uram"]})

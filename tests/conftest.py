@@ -11,9 +11,11 @@ from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
 from fluidnpu.workload import Exit, Layer, Workload
 
 
-def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0) -> dict:
+def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int | None = None) -> dict:
     data = json.loads((BOARD_DIR / "zc706.json").read_text())
     data["name"] = "tiny"
+    if hp_ports is not None:
+        data["axi_hp"]["ports"]["value"] = hp_ports
     data["resources"]["dsp"]["value"] = dsp
     data["resources"]["bram36"]["value"] = bram36
     data["resources"]["uram"]["value"] = uram

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+import functools
 import itertools
 import math
 
@@ -28,6 +29,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
     tr_cap = bmax * max(layer.R for layer in layers)
     ks = k_codes(stackable)
     best = (-1.0, None)
+    schedule = functools.lru_cache(maxsize=None)(layer_schedule)   # the same at every P
     for P, NB, TP in itertools.product(board.port_choices(), bank_choices(bmax, packs_groups(batching)),
                                        range(1, board.dsp + 1)):
         bus = board.bus(clock, P)
@@ -43,7 +45,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                         cands = []
                         for BR, k in itertools.product(brs, ks):
                             try:
-                                sched = layer_schedule(TR, TP, TC, layer.R, layer.P, layer.C, b, BR, k, NB)
+                                sched = schedule(TR, TP, TC, layer.R, layer.P, layer.C, b, BR, k, NB)
                             except ValueError:
                                 continue
                             taps = layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
@@ -58,9 +60,12 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
 
 
 @pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
-def test_search_finds_brute_force_optimum(tiny_board, tiny_workload, batching, stackable):
+def test_search_finds_brute_force_optimum(make_board, tiny_workload, batching, stackable):
     """The pick is the brute force's over every <TR, TP, TC> that fits at every port count P and bank count
-    NB (ties: fewer ports, then fewer banks, then smaller TP, TC, TR)."""
+    NB (ties: fewer ports, then fewer banks, then smaller TP, TC, TR). Two HP ports, so that P spans
+    1..2: the brute force is pure Python and each port count doubles it."""
+    tiny_board = make_board(hp_ports=2)
+    assert tiny_board.port_choices() == [1, 2]
     opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
     result = explore(tiny_workload, tiny_board, opts)
     score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
