@@ -134,13 +134,14 @@ def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, s
 
 
 def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> dict[str, Any]:
+    from fluidnpu.bundle import design_summary
+
     s = main["summary"]
-    TR, TP, TC = dig["bundle"].design
     return {
         "main_design": {"path": main["path"], "design": s["design"], "gops_b1": s["gops"][0],
                         "gops_bmax": s["gops"][-1], "peak_gops": s["peak_gops"], "dsp": s["resources"]["dsp"],
                         "dsp_util": s["utilisation"].get("dsp"), "seconds": main["seconds"]},
-        "digits_design": {"path": dig["path"], "board": dig["board"], "design": {"TR": TR, "TP": TP, "TC": TC, "NB": dig["bundle"].banks},
+        "digits_design": {"path": dig["path"], "board": dig["board"], "design": design_summary(dig["bundle"])["design"],
                           "bmax": dig["bundle"].bmax, "seconds": dig["seconds"]},
         "rtl": {"dir": gen["dir"], "seconds": gen["seconds"], "files": gen["summary"]["files"]["rtl"],
                 "vivado": {k: v for k, v in gen["summary"]["files"].items() if k != "rtl"},
@@ -163,7 +164,8 @@ def print_report(out: Any, r: dict[str, Any]) -> None:
     t.add_column("written to")
     md, dd = m["design"], d["design"]
     t.add_row("1. DSE, ResNet-50 on ZC706",
-              f"best NPU <TR, TP, TC> = <{md['TR']}, {md['TP']}, {md['TC']}> with {md['NB']} input banks, "
+              f"best NPU <TR, TP, TC> = <{md['TR']}, {md['TP']}, {md['TC']}> with {md['NB']} input banks and "
+              f"{md['ports']} AXI ports, "
               f"using {m['dsp']} DSPs "
               f"({100 * (m['dsp_util'] or 0):.1f} %): {m['gops_b1']:.0f} GOp/s at batch 1, {m['gops_bmax']:.0f} at "
               f"batch 8, of {m['peak_gops']:.0f} peak", m["path"])
