@@ -473,24 +473,23 @@ class Fleet:
                 log.answers.append((session, t, None))
                 continue
             refs.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))   # latency from arrival
-        pending = deque(refs)
+        pending = deque((*ref, False) for ref in refs)     # the last field: retried once already
         while pending:
-            session, t, ref, device = pending.popleft()
+            session, t, ref, device, again = pending.popleft()
             try:
                 r = self.ray.get(ref)
-            except self.ray.exceptions.RayActorError:
-                # its device died after the last health check: re-plan and retry it on a live node
-                if self.mark_dead(device):
+            except self.ray.exceptions.RayError as exc:
+                # its device died after the last health check: re-plan and retry it on a live node. Any other
+                # failure (a worker lost under load, a request that met its device mid re-plan) is retried
+                # once on a live node of the current plan, then refused.
+                died = isinstance(exc, self.ray.exceptions.RayActorError)
+                if died and self.mark_dead(device):
                     self.step(time.monotonic() - t0, [device])
                 node = self.route(session, rng)
-                if node is not None and node not in self.dead:
-                    pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))
+                if (died or not again) and node is not None and node not in self.dead:
+                    pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node, True))
                     log.retried[session] = log.retried.get(session, 0) + 1
                     continue
-                rejected[session] += 1
-                log.answers.append((session, t, None))
-                continue
-            except self.ray.exceptions.RayError:
                 rejected[session] += 1
                 log.answers.append((session, t, None))
                 continue
