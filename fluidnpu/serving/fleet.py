@@ -211,6 +211,8 @@ class FleetService:
         if self.draining:
             self.counters["rejected_draining"] += 1
             raise Unavailable("the fleet is shutting down")
+        from fluidnpu.scheduler_fw.fleet.ray_fleet import SessionMoved
+
         exc_t = self.ray.exceptions
         self.inflight += 1
         retries = 0
@@ -227,7 +229,7 @@ class FleetService:
                 except exc_t.RayActorError:
                     self._lost(node)
                 except exc_t.RayTaskError as exc:
-                    if "not served by this device any more" not in str(exc):
+                    if not isinstance(exc.cause, SessionMoved):
                         self.counters["errors"] += 1
                         raise
                     # the session moved off this device between routing and arrival: route again

@@ -43,6 +43,10 @@ from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Node, Plan, Profile
 
 
+class SessionMoved(FluidError):
+    """A request reached a device its session was just re-planned off: route it again (not a failure)."""
+
+
 def require_ray() -> Any:
     try:
         import ray
@@ -201,7 +205,7 @@ class NodeWorker:
         job = Job(Future(), x)
         loop = next((lp for lp in reversed(self.loops) if session in lp.slot_of), None)
         if loop is None:
-            raise FluidError(f"session {session} is not served by this device any more (re-planned)")
+            raise SessionMoved(f"session {session} is not served by this device any more (re-planned)")
         now = time.monotonic()
         self.transit.append(now - sent)
         loop.submit(session, now, job)
