@@ -1,6 +1,7 @@
 """Benchmark: the whole exhaustive DSE (every <TR, TP, TC> that fits, scored or bounded) with Bmax 8.
 
-Target (issues 2 and 11): ResNet-50 on ZC706 under 10 s on a 2-core machine. Runs the four
+Target (issues 2 and 11): ResNet-50 on ZC706 under 10 s on a 2-core machine (the search forks one
+child for its second group of spaces, dse/search.py `space_groups`, so it uses both cores). Runs the four
 zoo model/board pairs of docs/dse.md by default (or one with --model/--board), prints the
 median of --repeat runs per pair, the designs that fit, how many were scored exactly, the pick
 and the machine.
@@ -35,7 +36,8 @@ def bench(model: str, board_name: str, bmax: int, repeat: int) -> dict:
         "benchmark": "exhaustive DSE", "model": workload.name, "board": board.name, "bmax": bmax,
         "designs": result.n_designs, "scored": result.n_scored, "layers": len(workload.layers()),
         "median_s": statistics.median(times), "runs_s": times,
-        "design": [result.TR, result.TP, result.TC], "bram36": result.resources.bram36,
+        "design": [result.TR, result.TP, result.TC], "NB": result.NB, "ports": result.ports,
+        "stackable": result.options.stackable, "bram36": result.resources.bram36,
         "gops": [round(g, 2) for g in result.gops],
     }
 
@@ -58,7 +60,9 @@ def main() -> None:
     for f in figures:
         print(f"DSE {f['model']} on {f['board']}, Bmax={f['bmax']}: {f['median_s']:.2f} s median of {args.repeat} "
               f"({f['designs']:,} designs fit, {f['scored']:,} scored, the rest bounded; {f['layers']} layers, "
-              f"every <k, BR>), best <{', '.join(map(str, f['design']))}>, {f['bram36']:g} BRAM36")
+              f"every <k, BR>), best <{', '.join(map(str, f['design']))}> "
+              f"({'Stackable' if f['stackable'] else 'plain'} PEs, NB {f['NB']}, {f['ports']} AXI ports), "
+              f"{f['bram36']:g} BRAM36")
     print(f"[{machine}]")
 
 

@@ -47,7 +47,7 @@ BUFFER_CLASSES = ("input", "accumulator", "output")
 PARTS = ("control", "engine")
 # The sweep's engines all have Stackable PEs, so their cost cannot be told apart from the per-PE/
 # per-MAC terms here: held at the model's values, measured on plain-PE engines (stackable=False)
-# against their stackable twins (docs/resources.md); they only price the --no-stackable baselines.
+# against their stackable twins (docs/resources.md); they price the plain-PE designs (baselines, DSE picks).
 HELD = ("lut_per_stack_pair", "ff_per_stack_pair")
 SYNTH_TIMEOUT_S = 1500.0      # one design point; beyond it the run fails with the log's path
 

@@ -104,7 +104,9 @@ class TileCosts:
     weights: np.ndarray        # all P weight rows + the tile's bias
     first_weights: np.ndarray  # the first step's weight rows + bias
     out_row: np.ndarray        # one output row of one group (the writer's command)
-    row_beats: np.ndarray      # beats of one weight row (one DMA command, on one port)
+    row_beats: np.ndarray      # beats of one weight row's first copy (one DMA command, on one port)
+    copies_beats: np.ndarray   # beats of one weight row's copies, one per group (that many commands)
+    last_copy_beats: np.ndarray  # beats of the last group's copy, the longest (w * groups words)
 
 
 def astuple_shallow(tile: TileCosts) -> tuple[np.ndarray, ...]:
@@ -256,20 +258,25 @@ class LayerCosts:
         # only gcd(C, w, words per beat) matters: for a power-of-two beat, min of lowest set bits
         wpb = self.bus.words_per_beat
         grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
+        g = np.asarray(groups)
         return TileCosts(w, self._weights(self.P, w, grain, groups),
                          self._weights(np.minimum(self.TPk, self.P), w, grain, groups),
-                         np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain))
+                         np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain),
+                         self.bus.beats(w * g * (g + 1) // 2, g, grain), self.bus.beats(w * g, 1, grain))
 
     def port_skew(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Cycles by which a step's last response follows its command stream, on several ports.
 
-        The DMA deals a step's commands (TPk weight rows of B_w beats, then m input runs
-        of B_i) round-robin over N ports; a command's beats all move on its port, one a
-        cycle, behind that port's earlier commands, and responses leave in command order,
-        one a cycle. So the step's last response comes at max(stream, f_w + m, c - 1 + B_i)
-        (c = TPk + m commands), f_w = max(TPk - 1 + B_w, (TPk - 1) mod N + ceil(TPk/N) B_w)
-        being when the last weight row is in; `stream` = max(c, beats / N) is what `fetch`
-        charges. The difference delays the step's hand-over to the core, which matters where
+        The DMA deals a step's commands (TPk weight rows, each as G copies, one per packed
+        group, group q's (q + 1) w words long; then m input runs of B_i beats) round-robin
+        over N ports; a command's beats all move on its port, one a cycle, behind that
+        port's earlier commands, and responses leave in command order, one a cycle. So the
+        step's last response comes at max(stream, f_w + m, c - 1 + B_i) (c = n_w + m
+        commands, n_w = TPk G), f_w = max(n_w - 1 + B_G, (n_w - 1) mod N + ceil(n_w/N) B_port)
+        being when the last weight copy is in: B_G the last (longest) copy's beats, B_port
+        the copies' a port carries -- the longest where G divides N (a port then always
+        gets the same group's copy, and one port the last group's), else their mean;
+        `stream` = max(c, beats / N) is what `fetch` charges. The difference delays the step's hand-over to the core, which matters where
         the fetcher waits for it (`block`'s balance term, the prologue). 0 on one port: the
         beats already run one by one there (docs/rtl-agreement.md, "Several AXI ports").
         """
@@ -287,10 +294,13 @@ class LayerCosts:
         in_runs = np.asarray(self.in_runs, dtype=float)
         m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p          # input commands a step
         b_in = np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9) * pc     # cycles of one on its port
-        b_w = tile.row_beats * pc
-        c = self.TPk + m
-        last_w = np.maximum(self.TPk - 1 + b_w, (self.TPk - 1) % n + _ceil_div(self.TPk, n) * b_w)
-        stream = self.bus.stream(self.TPk * tile.row_beats + m * np.asarray(self.in_beats)
+        g = np.asarray(groups)
+        n_w = self.TPk * g                                                     # weight commands a step
+        b_last = tile.last_copy_beats * pc
+        b_port = np.where(n % g == 0, b_last, tile.copies_beats / g * pc)
+        c = n_w + m
+        last_w = np.maximum(n_w - 1 + b_last, (n_w - 1) % n + _ceil_div(n_w, n) * b_port)
+        stream = self.bus.stream(self.TPk * tile.copies_beats + m * np.asarray(self.in_beats)
                                  / np.maximum(in_runs, 1e-9), c)
         return last_w + m - stream, c - 1 + b_in - stream
 

@@ -55,8 +55,8 @@ class LogicCosts:
     network), run 2026-11-24 with `--cached-only` (the control terms are then held).
     docs/resources.md has the tables and residuals (engine leave-one-out: LUT 13 % rms, FF 3.7 %).
     `*_per_stack_pair` are not fitted with the rest (the sweep's engines all have Stackable PEs):
-    they are what an engine built with `stackable=False` (the --no-stackable baselines) saves per
-    PE pair beyond half its bank-multiplexer inputs, measured on two such engines against their
+    they are what an engine built with `stackable=False` (the plain-PE baselines and picks) saves per
+    PE pair beyond half its bank-multiplexer inputs, measured on plain engines against their
     stackable twins (docs/resources.md).
     """
 

@@ -3,22 +3,23 @@
     d* = argmax_d  sum_b  w_b * max_{k, BR} perf_W(d, b, k, BR)
 
 Every <TR, TP, TC> that fits the board is visited, at every input-bank count NB
-the batching can use (docs/interpretations.md, "Bank count") and every count P of
-AXI masters the board can wire ("AXI port count"): every <TP, TC> with
+the batching can use (docs/interpretations.md, "Bank count"), every count P of
+AXI masters the board can wire ("AXI port count") and both PE kinds, Stackable
+or plain ("Stackable PEs"): every <TP, TC> with
 TP*TC <= DSPs and every TR up to the largest that fits it with NB banks and P ports. The cycles are not
 monotone in TR (a layer's first step and last write-out grow with its blocks),
 so the search scores some designs and bounds the others, by branch and bound
 over ranges of TR (`branch_and_bound`; the bound and its proof:
 perf_model.layer_cycles_bound, docs/interpretations.md, Eq. 2). Ties go to the
-smaller TP, then TC, then TR, across bank and port counts to fewer ports, then
-fewer banks (fewer LUTs). For each design, batch size b and layer, the best
+smaller TP, then TC, then TR, across spaces to fewer ports, then fewer banks,
+then plain PEs (fewer LUTs). For each design, batch size b and layer, the best
 <BR, k> is taken per layer, which maximises the workload's GOp/s at b because
 the layers' times add up.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import time
 from typing import Callable, Sequence
 
@@ -42,6 +43,7 @@ BATCHING_MODES: dict[str, str] = {
 }
 MAX_BMAX = 64
 SEED_PAIRS = 64    # largest arrays scored first, whose best score prunes the pairs whose peak is below it
+PARALLEL_DESIGNS = 10_000_000   # searches this large run their second space group in a child process
 
 ProgressFn = Callable[[int, int], None]
 
@@ -52,7 +54,7 @@ class DSEOptions:
 
     bmax: int = 8
     batching: str = "fluid"
-    stackable: bool = True
+    stackable: bool | None = None  # Stackable PEs built; None: search both (a generator parameter)
     weights: tuple[float, ...] | None = None
     fixed_batch: int | None = None
     clock_mhz: float | None = None
@@ -82,6 +84,19 @@ class DSEOptions:
     def given_banks(self) -> int:
         """NB of a design given without a search: the option, else the most the batching uses."""
         return self.banks if self.banks is not None else input_banks(self.bmax, self.packing)
+
+    def stackable_options(self) -> list[bool]:
+        """Whether the engine has Stackable PEs, the options the search tries: plain PEs first (fewer
+        LUTs, so ties go to them)."""
+        return [self.stackable] if self.stackable is not None else [False, True]
+
+    def given_stackable(self) -> bool:
+        """Stackable PEs of a design given without a search: the option, else built."""
+        return self.stackable if self.stackable is not None else True
+
+    def resolved(self, stackable: bool) -> "DSEOptions":
+        """These options for one design space: Stackable PEs built or not."""
+        return replace(self, stackable=stackable)
 
     def port_options(self, board: Board) -> list[int]:
         """The AXI master counts P the search tries, fewest first (ties go to fewer ports)."""
@@ -253,10 +268,10 @@ class Scorer:
             if w == 0 or live.size == 0:
                 continue
             col = (lo[live, None], hi[live, None])
-            modes = modes_of(TP[live, None], TC[live, None], self.shapes, k_codes(opts.stackable), self.bus,
+            modes = modes_of(TP[live, None], TC[live, None], self.shapes, k_codes(opts.given_stackable()), self.bus,
                              opts.timing)
             best_hi = best_lo = None
-            for ch in choices(opts.batching, b, opts.stackable):
+            for ch in choices(opts.batching, b, opts.given_stackable()):
                 setup = choice_setup(modes, self.shapes, b, ch, self.banks)
                 at_hi, low = (_applies(c, self.shapes, b, ch) for c in layer_cycles_bound(setup, *col))
                 best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
@@ -388,9 +403,10 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     # before the first round: the pairs whose peak cannot beat the floor, or a design already scored
     # among the largest arrays, are dropped on that bound alone
     peak = scorer.peak_bound(TP, TC)
-    seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS]
+    # a floor from another space already prunes as the seeds would, so the seeds are not priced then
+    seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS if not np.isfinite(floor) else 0]
     seed_score = scorer.score_bound(tr_max[seed], tr_max[seed], TP[seed], TC[seed], threshold=floor)[0]
-    seed_best = float(seed_score.max())
+    seed_best = float(seed_score.max()) if seed.size else -np.inf
     pair = np.flatnonzero(above(peak) & (peak >= seed_best))
     n_scored = int(np.isfinite(seed_score).sum())
     lo, hi = np.ones(pair.size, dtype=np.int64), tr_max[pair].astype(np.int64)
@@ -426,44 +442,102 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
 
 @dataclass(frozen=True)
 class Space:
-    """The designs of one bank count NB and one port count P: the pairs that fit and their largest TR."""
+    """The designs of one bank count NB, one port count P and PEs plain or stackable: the pairs that
+    fit and their largest TR."""
 
     ports: int
     banks: int
+    stackable: bool
     TP: np.ndarray
     TC: np.ndarray
     tr_max: np.ndarray
 
     @property
-    def tie_key(self) -> tuple[int, int]:
-        """Ties between spaces go to fewer ports, then fewer banks (fewer LUTs)."""
-        return self.ports, self.banks
+    def tie_key(self) -> tuple[int, int, bool]:
+        """Ties between spaces go to fewer ports, then fewer banks, then plain PEs (fewer LUTs)."""
+        return self.ports, self.banks, self.stackable
 
 
 def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list[Space]:
-    """Every (P, NB) the options allow with the <TP, TC> that fit it, in the order `explore` searches
-    them: most ports first (the board's full bandwidth usually scores best, so its score prunes the
-    others on their bounds), then fewest banks."""
+    """Every (P, NB, stackable) the options allow with the <TP, TC> that fit it, in the order
+    `explore` searches them: most ports first (the board's full bandwidth usually scores best, so
+    its score prunes the others on their bounds), then fewest banks, Stackable PEs first (they win
+    on most boards, so the plain spaces are searched against their score)."""
     layers = workload.layers()
     TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
     spaces = []
     for p in sorted(options.port_options(board), reverse=True):
         for nb in options.bank_options():
-            tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), options.stackable, tr_cap,
-                            banks=nb, ports=p)
-            keep = tr_max >= 1
-            spaces.append(Space(p, nb, TP_all[keep], TC_all[keep], tr_max[keep]))
+            for st in sorted(options.stackable_options(), reverse=True):
+                tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), st, tr_cap, banks=nb, ports=p)
+                keep = tr_max >= 1
+                spaces.append(Space(p, nb, st, TP_all[keep], TC_all[keep], tr_max[keep]))
     return spaces
+
+
+@dataclass
+class GroupOutcome:
+    """The best design one group of spaces holds (None: none beat -inf), and the designs it scored."""
+
+    found: SearchOutcome | None
+    space: Space | None
+    n_scored: int
+
+
+def search_group(spaces: Sequence[Space], shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
+                 board: Board, clock: float, macs: float,
+                 progress: Callable[[int], None] | None = None) -> GroupOutcome:
+    """Branch and bound over `spaces` in order, each against the best score of the ones before it
+    (one earlier in the tie order also keeps designs that equal it). `progress(done)`: designs settled."""
+    found: SearchOutcome | None = None
+    found_in: Space | None = None
+    n_scored, done = 0, 0
+    for sp in spaces:
+        if sp.tr_max.size == 0:
+            continue
+        scorer = Scorer(shapes, counts, options.resolved(sp.stackable), board.bus(clock, sp.ports), clock, macs,
+                        sp.banks)
+        step = (lambda d, _t, base=done: progress(base + d)) if progress else None
+        ties = found_in is not None and sp.tie_key < found_in.tie_key
+        out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=found.score if found else -np.inf,
+                               ties=ties)
+        done += int(sp.tr_max.sum())
+        n_scored += out.n_scored
+        if found is None or out.score > found.score or (ties and out.score == found.score):
+            found, found_in = out, sp
+    return GroupOutcome(found, found_in, n_scored)
+
+
+def space_groups(spaces: list[Space]) -> list[list[Space]]:
+    """The spaces cut in two groups searched independently: the most ports (the full bandwidth,
+    usually the best) and the rest (a near tie at fewer ports is the other costly search). The cut
+    depends on the spaces only, so the outcome is the same whether the groups run in parallel or not."""
+    top = max((sp.ports for sp in spaces), default=0)
+    return [g for g in ([sp for sp in spaces if sp.ports == top], [sp for sp in spaces if sp.ports != top]) if g]
+
+
+def _fork_pool():
+    """A one-worker process pool sharing this process's imports, or None where none can start
+    (no fork, one core, a daemonic process such as a pool worker)."""
+    import multiprocessing
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cores < 2 or "fork" not in multiprocessing.get_all_start_methods() or multiprocessing.current_process().daemon:
+        return None
+    from concurrent.futures import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
 
 
 def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
             progress: ProgressFn | None = None) -> DSEResult:
-    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P and bank count
-    NB, scored or bounded) and return the best design with its tables. `progress(done, total)`:
-    designs settled of all that fit. Each (P, NB) is searched against the best score so far
-    (`design_spaces` gives the order), so one that cannot beat it is dropped on its bounds; one
-    earlier in the tie order (fewer ports, then banks) also keeps designs that equal it."""
+    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P, bank count NB
+    and PE kind, scored or bounded) and return the best design with its tables. `progress(done,
+    total)`: designs settled of all that fit. The spaces are searched in two groups
+    (`space_groups`), the second in a child process when the search is large and a second core
+    is free; the best of the two wins, ties to the earlier space in the tie order."""
     options.validate(board)
     t0 = time.perf_counter()
     clock = options.clock_mhz or board.clock_mhz
@@ -473,31 +547,39 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
         raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
-    found: SearchOutcome | None = None
-    found_in: Space | None = None
-    n_scored, done = 0, 0
-    for sp in spaces:
-        if sp.tr_max.size == 0:
+    groups = space_groups(spaces)
+    args = (shapes, counts, options, board, clock, float(workload.total_macs))
+    step = (lambda d: progress(d, n_total)) if progress else None
+    pool = _fork_pool() if len(groups) > 1 and n_total >= PARALLEL_DESIGNS else None
+    if pool is None:
+        outcomes, base = [], 0
+        for g in groups:
+            outcomes.append(search_group(g, *args, (lambda d, b=base: step(b + d)) if step else None))
+            base += sum(int(sp.tr_max.sum()) for sp in g)
+    else:
+        with pool:
+            rest = pool.submit(search_group, groups[1], *args)
+            first = search_group(groups[0], *args, step)
+            outcomes = [first, rest.result()]
+    if progress:
+        progress(n_total, n_total)
+    found, sp = None, None
+    for o in outcomes:
+        if o.found is None or o.space is None:
             continue
-        scorer = Scorer(shapes, counts, options, board.bus(clock, sp.ports), clock, float(workload.total_macs),
-                        sp.banks)
-        step = (lambda d, _t, base=done: progress(base + d, n_total)) if progress else None
-        ties = found_in is not None and sp.tie_key < found_in.tie_key
-        out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=found.score if found else -np.inf,
-                               ties=ties)
-        done += int(sp.tr_max.sum())
-        n_scored += out.n_scored
-        if found is None or out.score > found.score or (ties and out.score == found.score):
-            found, found_in = out, sp
-    assert found is not None and found_in is not None
-    sp = found_in
-    result = _finish(workload, board, options, clock, found.TR, found.TP, found.TC, found.score,
+        if found is None or sp is None or o.found.score > found.score or (
+                o.found.score == found.score and o.space.tie_key < sp.tie_key):
+            found, sp = o.found, o.space
+    assert found is not None and sp is not None
+    result = _finish(workload, board, options.resolved(sp.stackable), clock, found.TR, found.TP, found.TC, found.score,
                      n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)
-    result.n_scored = n_scored
+    result.n_scored = sum(o.n_scored for o in outcomes)
+    # the other pairs the search scored exactly (those dropped on their bound have no score)
     others = [j for j in np.lexsort((found.pair_tr, sp.TC, sp.TP, -found.pair_score))
-              if (sp.TP[j], sp.TC[j]) != (found.TP, found.TC)][:5]
+              if np.isfinite(found.pair_score[j]) and (sp.TP[j], sp.TC[j]) != (found.TP, found.TC)][:5]
     result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(sp.TP[j]), "TC": int(sp.TC[j]), "NB": sp.banks,
-                          "ports": sp.ports, "score": float(found.pair_score[j])} for j in others]
+                          "ports": sp.ports, "stackable": sp.stackable, "score": float(found.pair_score[j])}
+                         for j in others]
     return result
 
 
@@ -505,9 +587,10 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
                     options: DSEOptions = DSEOptions(), allow_oversize: bool = False) -> DSEResult:
     """The tables and figures of one given design (no search over <TR, TP, TC>).
 
-    Its input banks and AXI ports are `options.banks` and `options.ports`, or, where None, the
-    counts that fit and score best (ties: fewer ports, then fewer banks; the most the batching
-    uses and every HP port when oversize designs are allowed). A design that does not fit the
+    Its input banks, AXI ports and Stackable PEs are `options.banks`, `options.ports` and
+    `options.stackable`, or, where None, the ones that fit and score best (ties: fewer ports, then
+    fewer banks, then plain PEs; the most banks the batching uses, every HP port and Stackable PEs
+    when oversize designs are allowed). A design that does not fit the
     board is refused unless allow_oversize (for studies of other people's design points); its
     memory use is then reported as infinite.
     """
@@ -517,25 +600,28 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     n_layers = len(workload.layers())
     clock = options.clock_mhz or board.clock_mhz
     if allow_oversize:
-        return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1,
-                       t0=time.perf_counter(), banks=options.given_banks(), ports=options.given_ports(board))
+        return _finish(workload, board, options.resolved(options.given_stackable()), clock, TR, TP, TC, score=None,
+                       n_designs=1, t0=time.perf_counter(), banks=options.given_banks(),
+                       ports=options.given_ports(board))
     d = (np.array([TR]), np.array([TP]), np.array([TC]))
-    fits = [(p, nb) for p in options.port_options(board) for nb in options.bank_options()
-            if feasible_designs(*d, board, options.bmax, n_layers, options.stackable, banks=nb, ports=p)]
+    fits = [(p, nb, st) for p in options.port_options(board) for nb in options.bank_options()
+            for st in options.stackable_options()
+            if feasible_designs(*d, board, options.bmax, n_layers, st, banks=nb, ports=p)]
     if not fits:
-        p, nb = options.port_options(board)[0], options.bank_options()[0]
-        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, options.stackable, banks=nb, ports=p)
+        p, nb, st = options.port_options(board)[0], options.bank_options()[0], options.stackable_options()[0]
+        res = design_resources(TR, TP, TC, board, options.bmax, n_layers, st, banks=nb, ports=p)
         need = buffers_bram36(TR, TP, TC, options.bmax, banks=nb)
         raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks and {p} AXI port{'s' * (p > 1)} does "
                          f"not fit {board.name} at Bmax {options.bmax}: " + "; ".join(over_limits(res, board, need)))
     t0 = time.perf_counter()
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
-    scores = [Scorer(shapes, counts, options, board.bus(clock, p), clock, float(workload.total_macs),
-                     nb).score_bound(d[0], *d)[0][0] for p, nb in fits]
-    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i][0], -fits[i][1]))
-    p, nb = fits[best]
-    return _finish(workload, board, options, clock, TR, TP, TC, score=None, n_designs=1, t0=t0, banks=nb, ports=p)
+    scores = [Scorer(shapes, counts, options.resolved(st), board.bus(clock, p), clock, float(workload.total_macs),
+                     nb).score_bound(d[0], *d)[0][0] for p, nb, st in fits]
+    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i][0], -fits[i][1], not fits[i][2]))
+    p, nb, st = fits[best]
+    return _finish(workload, board, options.resolved(st), clock, TR, TP, TC, score=None, n_designs=1, t0=t0,
+                   banks=nb, ports=p)
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
@@ -547,7 +633,7 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
                      [[0] * options.bmax for _ in layers], [[False] * options.bmax for _ in layers])
     d = (np.array([[TR]]), np.array([[TP]]), np.array([[TC]]))
     for b in range(1, options.bmax + 1):
-        cands = choices(options.batching, b, options.stackable)
+        cands = choices(options.batching, b, options.given_stackable())
         best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks)
         for li in range(len(layers)):
             if not np.isfinite(best[0, li]):
@@ -560,7 +646,7 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
-    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.stackable, banks=banks,
+    resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.given_stackable(), banks=banks,
                                  ports=ports)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,

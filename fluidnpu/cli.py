@@ -42,7 +42,8 @@ def cli() -> None:
               help="largest batch size the NPU serves")
 @click.option("--batching", default="fluid", show_default=True,
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
-@click.option("--no-stackable", is_flag=True, help="plain PEs only (k = 1)")
+@click.option("--stackable/--no-stackable", default=None,
+              help="build Stackable PEs (k = 1/2, 1/4) or plain PEs only (k = 1) (default: searched, both priced)")
 @click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
@@ -64,7 +65,7 @@ def cli() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
-def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fixed_batch: int | None,
+def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
         ceilings: tuple[str, ...], given: str | None, banks: str | None, ports: int | None, output: str | None,
         plot: str | None, as_json: bool) -> None:
@@ -80,7 +81,7 @@ def dse(model: str, board: str, bmax: int, batching: str, no_stackable: bool, fi
     wl = load_model(model, tuple(x.strip() for x in exits.split(",")) if exits else (),
                     _csv_floats(exit_rates, "--exit-rates"))
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
-    opts = DSEOptions(bmax=bmax, batching=batching, stackable=not no_stackable,
+    opts = DSEOptions(bmax=bmax, batching=batching, stackable=stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock,
                       banks=int(banks) if banks else None, ports=ports)
     if design:

@@ -17,14 +17,14 @@ import csv
 from pathlib import Path
 from typing import Any, Callable
 
-from fluidnpu.scheduler_fw.registry import FC_B8, FLUID, R_B8, DesignKind
+from fluidnpu.scheduler_fw.registry import FC_B8, FLUID_STACKABLE, R_B8, DesignKind
 
 SCHEMES: tuple[tuple[str, DesignKind], ...] = (
     ("static R (b=8)", R_B8),
     ("static P (b=8)", DesignKind("p", False, "bmax")),
     ("FC only (b=8)", FC_B8),
     ("Fluid Batching", DesignKind("fluid", False, "all")),
-    ("Fluid + Stackable PEs", FLUID),
+    ("Fluid + Stackable PEs", FLUID_STACKABLE),
 )
 PAIRS = (("resnet50", "zc706"), ("resnet50", "zcu104"), ("inceptionv3", "zc706"), ("inceptionv3", "zcu104"))
 
@@ -35,7 +35,8 @@ def same_design_ablation(workload, board, bundle, bmax: int) -> dict[str, list[f
     from fluidnpu.dse.search import DSEOptions, evaluate_design
 
     TR, TP, TC = bundle.design
-    result = evaluate_design(workload, board, TR, TP, TC, DSEOptions(bmax=bmax, banks=bundle.banks, ports=bundle.ports))
+    result = evaluate_design(workload, board, TR, TP, TC, DSEOptions(bmax=bmax, banks=bundle.banks, ports=bundle.ports,
+                                                                       stackable=True))
     f = result.clock_mhz * 1e6
     macs = workload.total_macs
     series: dict[str, list[float]] = {"R only": [], "+ Fluid Batching": [], "+ Stackable PEs": [], "both": []}
@@ -77,7 +78,7 @@ def run_fig7(out_dir: Path, cfg: Any, progress: Callable[[str, int, int], None] 
             pk = float(bundle.data["performance"]["peak_gops"])
             peak = max(peak, pk)
             series[f"{label} <{TR},{TP},{TC}>"] = gops
-            if kind == FLUID:
+            if kind == FLUID_STACKABLE:
                 fluid_bundle = bundle
             for b, g in enumerate(gops, start=1):
                 rows.append({"model": model, "board": board_name, "scheme": label, "TR": TR, "TP": TP, "TC": TC,

@@ -31,18 +31,21 @@ from fluidnpu.scheduler_fw.policy import Policy, check_positive
 
 @dataclass(frozen=True)
 class DesignKind:
-    """Which DSE a policy's NPU comes from. batch: 'all' (w_b = 1), 'bmax' or 'one' (fixed batch)."""
+    """Which DSE a policy's NPU comes from. batch: 'all' (w_b = 1), 'bmax' or 'one' (fixed batch);
+    stackable None: the DSE decides whether Stackable PEs are built (`fluidnpu dse`'s default)."""
 
     batching: str
-    stackable: bool
+    stackable: bool | None
     batch: str
 
     @property
     def key(self) -> str:
-        return f"{self.batching}{'+stackable' if self.stackable else ''}@{self.batch}"
+        pes = {True: "+stackable", False: "", None: "+pe-searched"}[self.stackable]
+        return f"{self.batching}{pes}@{self.batch}"
 
 
-FLUID = DesignKind("fluid", True, "all")
+FLUID = DesignKind("fluid", None, "all")            # FluidB's: `fluidnpu dse`'s pick
+FLUID_STACKABLE = DesignKind("fluid", True, "all")  # Fig. 7's "Fluid + Stackable PEs"
 FC_B8 = DesignKind("fc", False, "bmax")
 R_B8 = DesignKind("r", False, "bmax")
 SERIAL_B1 = DesignKind("r", False, "one")

@@ -66,6 +66,23 @@ def test_dse_human_summary_for_inception_on_zcu104():
     assert "<TR, TP, TC>" in proc.stdout and "GOp/s" in proc.stdout
 
 
+def test_dse_pe_kind_flag():
+    """--stackable / --no-stackable fix the PE kind a design is built with (the bundle and the summary
+    say which); a plain-PE engine costs fewer LUTs; without either flag the DSE picks the kind."""
+    def summary(*flags: str) -> dict:
+        proc = run("dse", "--model", "digits-ee", "--board", "zc706", "--bmax", "4", "--design", "64,4,8",
+                   "--json", *flags)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    stack, plain, free = summary("--stackable"), summary("--no-stackable"), summary()
+    assert stack["stackable"] is True and plain["stackable"] is False
+    assert plain["resources"]["lut"] < stack["resources"]["lut"]
+    assert free["stackable"] in (True, False)
+    chosen = stack if free["stackable"] else plain
+    assert free["gops"] == chosen["gops"] and free["resources"] == chosen["resources"]
+
+
 def test_models_and_boards_json():
     models = json.loads(run("models", "--json").stdout)
     assert {m["name"] for m in models} == {"resnet50", "inceptionv3", "digits-ee"}

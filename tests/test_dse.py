@@ -171,7 +171,7 @@ def test_bmax_that_no_design_can_serve(tiny_board, tiny_workload):
     with pytest.raises(FluidError, match="no NPU design fits"):
         explore(tiny_workload, tiny_board, DSEOptions(bmax=32, banks=32))
     # ... but an engine with fewer banks serves Bmax 32, packing at most NB groups a pass
-    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32, ports=4))   # the port count is spanned elsewhere
+    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32, ports=4, stackable=True))   # P, PEs spanned elsewhere
     assert few.NB < 32 and few.resources.bram36 <= tiny_board.bram36
     with pytest.raises(FluidError, match="input banks NB = 3"):
         explore(tiny_workload, tiny_board, DSEOptions(bmax=4, banks=3))
@@ -200,7 +200,8 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     capped = explore(tiny_workload, tight, DSEOptions(bmax=3))
     assert capped.resources.lut <= tight.limit("lut") < lut
     with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ \([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
-        evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC, DSEOptions(bmax=3, ports=free.ports))
+        evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC,
+                        DSEOptions(bmax=3, ports=free.ports, stackable=free.options.stackable))
 
 
 @pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
@@ -212,15 +213,15 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
     layers = tiny_workload.layers()
     reps, counts = unique_layers(layers)
     best, n_designs = (-np.inf, None), 0
-    # fewest ports, then fewest banks first: a later count must score strictly higher
-    for p, nb in itertools.product(opts.port_options(board), opts.bank_options()):
+    # fewest ports, then fewest banks, then plain PEs first: a later space must score strictly higher
+    for p, nb, st in itertools.product(opts.port_options(board), opts.bank_options(), opts.stackable_options()):
         TP, TC = enumerate_tp_tc(board.dsp)
-        top = max_tr(TP, TC, board, opts.bmax, len(layers), opts.stackable, opts.bmax * max(x.R for x in layers),
+        top = max_tr(TP, TC, board, opts.bmax, len(layers), st, opts.bmax * max(x.R for x in layers),
                      banks=nb, ports=p)
         TR = np.concatenate([np.arange(1, t + 1) for t in top])
         TP, TC = np.repeat(TP, top), np.repeat(TC, top)
         n_designs += TR.size
-        scorer = Scorer(LayerShapes.of(reps), counts, opts, board.bus(board.clock_mhz, p), board.clock_mhz,
+        scorer = Scorer(LayerShapes.of(reps), counts, opts.resolved(st), board.bus(board.clock_mhz, p), board.clock_mhz,
                         float(tiny_workload.total_macs), nb)
         score, bound = scorer.score_bound(TR, TR, TP, TC)
         # at one TR the bound is the score, but for the several-port skew it leaves out
@@ -234,7 +235,32 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
                                                  threshold=float(score[top].min()))[0], score[top])
         i = np.lexsort((TR, TC, TP, -score))[0]
         if score[i] > best[0]:
-            best = (score[i], (TR[i], TP[i], TC[i], nb, p))
+            best = (score[i], (TR[i], TP[i], TC[i], nb, p, st))
     result = explore(tiny_workload, board, opts)
-    assert (result.TR, result.TP, result.TC, result.NB, result.ports) == best[1] and result.score == best[0]
+    assert (result.TR, result.TP, result.TC, result.NB, result.ports, result.options.stackable) == best[1]
+    assert result.score == best[0]
     assert result.n_designs == n_designs > 20 * result.n_scored
+
+
+def test_parallel_search_picks_what_the_serial_one_picks(make_board, tiny_workload, monkeypatch):
+    """The spaces' two groups (most ports / the rest) run in a forked child where the search is large;
+    the cut depends on the spaces only, so the pick, its runners-up and the scored count are the same
+    whether the groups run side by side or one after the other (both PE kinds searched in each)."""
+    from fluidnpu.dse import search
+
+    board = make_board(dsp=24, bram36=24, hp_ports=2)
+    groups = search.space_groups(search.design_spaces(tiny_workload, board, DSEOptions(bmax=4)))
+    assert [{sp.ports for sp in g} for g in groups] == [{2}, {1}]
+    assert {sp.stackable for g in groups for sp in g} == {False, True}
+    monkeypatch.setattr(search, "PARALLEL_DESIGNS", 10**18)
+    serial = explore(tiny_workload, board, DSEOptions(bmax=4))
+    monkeypatch.setattr(search, "PARALLEL_DESIGNS", 0)
+    pool = search._fork_pool()
+    assert pool is not None, "this machine has no second core or no fork: the test cannot run both paths"
+    pool.shutdown()
+    both = explore(tiny_workload, board, DSEOptions(bmax=4))
+    assert (serial.TR, serial.TP, serial.TC, serial.NB, serial.ports, serial.options.stackable) == (
+        both.TR, both.TP, both.TC, both.NB, both.ports, both.options.stackable)
+    assert serial.score == both.score and serial.runners_up == both.runners_up
+    assert serial.n_scored == both.n_scored and serial.n_designs == both.n_designs
+    assert all(np.isfinite(r["score"]) and r["score"] <= serial.score for r in serial.runners_up)

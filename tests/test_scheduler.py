@@ -232,7 +232,7 @@ def test_registry_names_and_errors():
     tab = two_exit_table()
     pol = make_policy("FC-AdaptB-M", tab, slo_s=0.2)
     assert pol.timeout == pytest.approx(0.09) and pol.name == "fc-adaptb-m"
-    assert policy_spec("fluidb").design.stackable and not policy_spec("lazybatching").design.stackable
+    assert policy_spec("fluidb").design.stackable is None and policy_spec("lazybatching").design.stackable is False
     with pytest.raises(FluidError, match="unknown policy"):
         policy_spec("fifo")
     with pytest.raises(FluidError, match="SLO"):
