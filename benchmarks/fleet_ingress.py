@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
+from fluidnpu.serving.percentiles import percentiles
 
 
 def _free_port() -> int:
@@ -83,8 +83,7 @@ def _client(port: int, model: str, bodies: list[bytes], until: float, pause_s: f
 
 
 def _pct(xs: list[float]) -> dict[str, float]:
-    a = np.asarray(xs) if xs else np.zeros(1)
-    return {"p50": round(float(np.percentile(a, 50)), 2), "p99": round(float(np.percentile(a, 99)), 2)}
+    return percentiles(xs, digits=2, empty=0.0)
 
 
 def main() -> None:

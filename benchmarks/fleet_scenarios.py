@@ -35,6 +35,7 @@ from pathlib import Path
 from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file
 from fluidnpu.scheduler_fw.fleet.nexus import Session, plan
 from fluidnpu.scheduler_fw.fleet.ray_fleet import Fleet, RunLog, poisson_arrivals
+from fluidnpu.serving.percentiles import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "fleet"
@@ -48,13 +49,9 @@ SCENARIOS = {
 SCENARIOS["three-serve-batch"] = {**SCENARIOS["three"], "baseline": True}
 
 
-def percentiles(xs: list[float]) -> dict[str, float]:
+def ms_percentiles(xs: list[float]) -> dict[str, float]:
     """p50, p99 and max of seconds, in ms (empty: zeros)."""
-    xs = sorted(xs)
-    if not xs:
-        return {"p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
-    return {"p50_ms": 1e3 * xs[len(xs) // 2], "p99_ms": 1e3 * xs[min(len(xs) - 1, int(0.99 * len(xs)))],
-            "max_ms": 1e3 * xs[-1]}
+    return percentiles(xs, scale=1e3, suffix="_ms", empty=0.0)
 
 
 def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: float, seed: int = 0,
@@ -102,8 +99,8 @@ def run_scenario(name: str, spec: dict, epoch: float, headroom: float, margin: f
     return {"scenario": name, "seconds": T, "epoch_s": epoch, "headroom": headroom, "slo_margin": margin,
             "jitter_ms": 1e3 * jitter_s, "quantile": quantile, "seed": seed, "static_deployments": static,
             "loadavg_1min": os.getloadavg()[0],      # the shared host's load at the end: the figures depend on it
-            "dispatch_lateness": percentiles(log.jitter.get("lateness", [])),
-            "transit": percentiles(log.jitter.get("transit", [])),
+            "dispatch_lateness": ms_percentiles(log.jitter.get("lateness", [])),
+            "transit": ms_percentiles(log.jitter.get("transit", [])),
             "arrivals": arrived,
             "answered": sum(len(v) for v in log.latencies.values()), "rejected": sum(log.rejected.values()),
             "retried": sum(log.retried.values()),

@@ -680,3 +680,13 @@ def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch)
         stop.write_text("")
         th_.join(60)
     assert result["rep"]["counters"]["answered"] == 16
+
+
+def test_percentiles_summary():
+    """The one latency summary of the fleet reports and benchmarks: scaled, interpolated, rounded; an
+    empty sample is {} unless the caller asks for a fill value."""
+    from fluidnpu.serving.percentiles import percentiles
+
+    assert percentiles([0.001, 0.002, 0.010], scale=1e3) == {"p50": 2.0, "p99": 9.84, "max": 10.0}
+    assert percentiles([3.14159], digits=2, suffix="_ms") == {"p50_ms": 3.14, "p99_ms": 3.14, "max_ms": 3.14}
+    assert percentiles([]) == {} and percentiles([], empty=0.0) == {"p50": 0.0, "p99": 0.0, "max": 0.0}

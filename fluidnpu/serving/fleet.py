@@ -173,13 +173,11 @@ class FleetService:
         while not self.draining:
             await asyncio.sleep(health_s)
             now = time.monotonic()
-            died = self.fleet.check_health()
-            if now >= next_epoch:
-                self.fleet.step(now - self.t0, died, self.window, now - epoch_start)
+            due = now >= next_epoch
+            self.fleet.probe(now - self.t0, self.window if due else None, now - epoch_start)
+            if due:
                 self.window = {k: 0 for k in self.window}
                 epoch_start, next_epoch = now, next_epoch + epoch_s
-            elif died:
-                self.fleet.step(now - self.t0, died)
 
     def _lost(self, device: int) -> None:
         """A request found `device` dead: it leaves the fleet and the plan is re-made at once."""
@@ -266,14 +264,10 @@ class FleetService:
     def report(self) -> dict[str, Any]:
         """Counters, epochs and latency figures (ms): the server's time per request, the device's (arrival
         at the actor to the batch's end), the modelled batch time, and the overhead (server - device)."""
-        import numpy as np
+        from fluidnpu.serving.percentiles import percentiles
 
         def pct(xs: Sequence[float]) -> dict[str, float]:
-            if not len(xs):
-                return {}
-            a = 1e3 * np.asarray(xs)
-            return {"p50": round(float(np.percentile(a, 50)), 3), "p99": round(float(np.percentile(a, 99)), 3),
-                    "max": round(float(a.max()), 3)}
+            return percentiles(xs, scale=1e3)
 
         out: dict[str, Any] = {"counters": self.check_counters(), "uptime_s": time.monotonic() - self.t0,
                                "epochs": self.fleet.epochs, "dead": sorted(self.fleet.dead), "timing_ms": {}}

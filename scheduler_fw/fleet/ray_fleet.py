@@ -346,6 +346,17 @@ class Fleet:
         self.dead.add(device)
         return True
 
+    def probe(self, now: float, window: dict[int, int] | None = None, span_s: float = 0.0) -> list[int]:
+        """One health probe at `now` (s), the schedule `run` and the ingress's ticker share: at an epoch's
+        end (`window`, the samples each session sent over its `span_s` seconds) the epoch's `step`, else
+        a re-plan at once if a device died. Returns the devices found dead (their requests are retried)."""
+        died = self.check_health()
+        if window is not None:
+            self.step(now, died, window, span_s)
+        elif died:
+            self.step(now, died)
+        return died
+
     def step(self, now: float, died: Sequence[int] = (), window: dict[int, int] | None = None,
              span_s: float = 0.0) -> dict[str, Any]:
         """One epoch's decision, shared by `run` and the KServe v2 ingress; returns its record (also in
@@ -452,13 +463,11 @@ class Fleet:
         for t, session in arrivals:
             while t >= min(next_epoch, next_health):
                 now = min(next_epoch, next_health)
-                died = self.check_health()
-                if now == next_epoch:
-                    self.step(now, died, window, now - epoch_start)
+                due = now == next_epoch
+                died = self.probe(now, window if due else None, now - epoch_start)
+                if due:
                     window, epoch_start = {k: 0 for k in window}, now
                     next_epoch += epoch_s or math.inf
-                elif died:                         # a death mid-epoch: re-plan at once
-                    self.step(now, died)
                 if died:
                     self._retry(refs, set(died), rng, t0, log)
                 next_health = now + health_s if now == next_health else next_health
