@@ -238,3 +238,29 @@ def test_port_skew_prices_a_short_step_on_several_ports():
     assert float(one.port_skew(1, one.tile(np.int64(14)), 2)) == 0.0
     # a long step (128 rows) is not delayed beyond its command stream in the steady state
     assert float(four.port_skew(128, tile, 1)) == 3.0     # against 128 cycles of compute
+
+
+def test_busiest_port_of_a_repeating_deal():
+    """A packed FC step (two groups: weight copies of 3 and 6 beats for each of TPk = 2 rows, then four
+    one-beat input runs) dealt over N 64-bit ports. On 2 ports every step puts both 6-beat copies on
+    port 1: 6 + 6 + 1 + 1 = 14 beats there against the even share of 11; on 4 ports ports 1 and 3 get
+    6 + 1; on 3 ports the deal rotates (8 commands, 8 mod 3 = 2), so no port is always the busiest;
+    one port has nothing to balance (docs/rtl-agreement.md, "The miss, fixed")."""
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, im2col_inside, layer_setup, mode_costs, row_blocks
+    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases
+
+    p = AGREEMENT_CONFIGS[6]
+    case = agreement_cases(p, 12, seed=7000)[5]
+    g = case.layers[0].geometry
+    br, k = case.modes[0]
+    inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
+    busy = {}
+    for n in (1, 2, 3, 4):
+        mode = mode_costs(p.TP, p.TC, g.npix, g.P, g.cout, k, Bus.of_ports(n, 8), DEFAULT_TIMING, g.kh * g.kw,
+                          inside, g)
+        setup = layer_setup(mode, g.npix, 1, case.b, br, p.banks)
+        t = row_blocks(setup, p.TR).full[1]
+        assert int(setup.g) == 2 and int(t) == 2
+        out = mode.costs.busiest_port(t, setup.full_g, setup.g)
+        busy[n] = None if out is None else float(out)
+    assert busy == {1: None, 2: 14.0, 3: 0.0, 4: 7.0}
