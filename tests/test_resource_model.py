@@ -228,3 +228,36 @@ def test_extra_axi_ports_are_the_documented_fit():
     port = DEFAULT_LOGIC.lut_per_axi_port + DEFAULT_LOGIC.lut_per_axi_port_word * nmax
     assert np.allclose(two[0] - one[0], port + DEFAULT_LOGIC.lut_per_merge_word * nmax)
     assert np.allclose(four[0] - two[0], 2 * port) and (four[1] > two[1]).all()
+
+
+@pytest.mark.parametrize("name", ["synth_mid_zc706_plain", "synth_mid_zcu104_64bit_plain", "synth_mid_zcu104_plain"])
+def test_whole_npu_on_both_families_within_five_percent(name):
+    """The whole-NPU syntheses of docs/resources.md ("Whole NPUs at 128 MACs on both families"): the same
+    plain-PE <1024, 8, 16> NPU on xc7 with 64-bit ports, xcup with 64-bit and xcup with 128-bit ports. The
+    model, with its UltraScale+ and port-width terms, prices each within 5 % of Yosys's LUTs and FFs (the
+    7-series fit alone was 17 % / 32 % low on the last)."""
+    from fluidnpu.bundle import load_bundle
+    from fluidnpu.dse.resource_model import design_resources
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "figures" / "resources"
+    bundle = load_bundle(folder / f"{name}.bundle.json")
+    report = json.loads((folder / f"{name}.json").read_text())
+    yosys = {r["resource"].split()[0].lower(): r["yosys"] for r in report["rows"]}
+    TR, TP, TC = bundle.design
+    res = design_resources(TR, TP, TC, bundle.board, bundle.bmax, len(bundle.workload.layers()),
+                           bundle.data["dse"]["stackable"], banks=bundle.banks, ports=bundle.ports)
+    assert not bundle.data["dse"]["stackable"] and bundle.ports == 4
+    assert abs(res.lut / yosys["lut"] - 1) <= 0.05 and abs(res.ff / yosys["ff"] - 1) <= 0.05, (res, yosys)
+
+
+def test_ultrascale_terms_reproduce_the_engine_twins():
+    """FabricCosts.xcup_*: what the same plain-PE EngineCore maps to beyond xc7 on xcup, per MAC and per
+    PE, within 5 % of each measured twin (docs/figures/resources/xcup_engines.json)."""
+    from fluidnpu.dse.resource_model import fabric_logic
+
+    doc = json.loads((CALIBRATION.parent / "xcup_engines.json").read_text())
+    assert len(doc["rows"]) == 3
+    for r in doc["rows"]:
+        lut, ff = (float(v) for v in fabric_logic(r["TP"], r["TC"], "xcup", 64, 4))
+        assert abs(lut / r["excess_lut"] - 1) <= 0.05 and abs(ff / r["excess_ff"] - 1) <= 0.05, r
+        assert fabric_logic(r["TP"], r["TC"], "xc7", 64, 4)[0] == 0
