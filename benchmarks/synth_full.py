@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-FAMILY = {"zynq7000": "xc7", "zynqmp": "xcup"}
 
 
 def calibration() -> Any:
@@ -61,7 +60,7 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true", help="re-report build/synth_full/report.json")
     args = ap.parse_args()
 
-    from fluidnpu.dse.resource_model import design_resources
+    from fluidnpu.dse.resource_model import design_resources, fabric_of
     from fluidnpu.hw.npu import Npu
     from fluidnpu.hw.regmap import NpuParams
     from fluidnpu.hw.synth import synthesize
@@ -70,7 +69,7 @@ def main() -> None:
     bundle = bundle_for(args)
     params = NpuParams.from_bundle(bundle)
     board = bundle.board
-    family = FAMILY.get(board.family, "xc7")
+    family = fabric_of(board)
     wd = Path(args.workdir)
     cache = wd / "report.json"
     t0 = time.perf_counter()

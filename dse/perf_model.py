@@ -291,18 +291,22 @@ class LayerCosts:
         linear minus convex in t (m, c and the beats grow linearly with t), so concave in t."""
         n = self.bus.n_ports
         pc = self.bus.port_cycles
-        in_runs = np.asarray(self.in_runs, dtype=float)
-        m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p          # input commands a step
-        b_in = np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9) * pc     # cycles of one on its port
+        m, beats_in = self._step_inputs(t, groups)
+        b_in = beats_in * pc                                                  # cycles of one on its port
         g = np.asarray(groups)
         n_w = self.TPk * g                                                     # weight commands a step
         b_last = tile.last_copy_beats * pc
         b_port = np.where(n % g == 0, b_last, tile.copies_beats / g * pc)
         c = n_w + m
         last_w = np.maximum(n_w - 1 + b_last, (n_w - 1) % n + _ceil_div(n_w, n) * b_port)
-        stream = self.bus.stream(self.TPk * tile.copies_beats + m * np.asarray(self.in_beats)
-                                 / np.maximum(in_runs, 1e-9), c)
+        stream = self.bus.stream(self.TPk * tile.copies_beats + m * beats_in, c)
         return last_w + m - stream, c - 1 + b_in - stream
+
+    def _step_inputs(self, t: ArrayLike, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(input runs a step for `groups` groups of t rows, beats of one run)."""
+        in_runs = np.asarray(self.in_runs, dtype=float)
+        m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p
+        return m, np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9)
 
     def busiest_port(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray | None:
         """Cycles a step keeps its busiest port busy where the round-robin deal repeats every step
@@ -318,10 +322,10 @@ class LayerCosts:
         g = np.asarray(groups)
         if n == 1 or not self.skew or not np.any(g > 1):
             return None
-        per_group = np.asarray(t) * np.asarray(self.in_runs, dtype=float) / self.n_p   # input runs a group
+        m, b_in = self._step_inputs(t, g)
+        per_group = m / g                                                      # input runs a group
         repeats = (g > 1) & (n % g == 0) & np.isclose(per_group, np.rint(per_group))
-        b_in = np.asarray(self.in_beats) / np.maximum(np.asarray(self.in_runs, dtype=float), 1e-9)
-        beats = self.TPk * g * tile.last_copy_beats + per_group * g * b_in
+        beats = self.TPk * g * tile.last_copy_beats + m * b_in
         return np.where(repeats, beats * self.bus.port_cycles / n, 0.0)
 
     def port_skew_floor(self, t_lo: ArrayLike, t_hi: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:

@@ -100,7 +100,7 @@ class FabricCosts:
 
     UltraScale+ (`xcup`): the same engine maps to more LUTs and about twice the FFs (Yosys keeps the
     multipliers' pipeline registers in the fabric beside DSP48E2); fitted on three plain-PE EngineCore
-    twins (32-128 MACs, 8-16 PEs), xcup against xc7, residuals under 3 %. Ports wider than 64 bits:
+    twins (32-128 MACs, 8-16 PEs), xcup against xc7, each within 4 %. Ports wider than 64 bits:
     the DMA's read/write engines grow with the data width; one measurement, a whole NPU with four
     128-bit ports against four 64-bit ones, both xcup."""
 

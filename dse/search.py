@@ -563,13 +563,10 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
             outcomes = [first, rest.result()]
     if progress:
         progress(n_total, n_total)
-    found, sp = None, None
-    for o in outcomes:
-        if o.found is None or o.space is None:
-            continue
-        if found is None or sp is None or o.found.score > found.score or (
-                o.found.score == found.score and o.space.tie_key < sp.tie_key):
-            found, sp = o.found, o.space
+    # the best score; a tie goes to the space earlier in the tie order (fewer ports, banks, plain PEs)
+    best = max((o for o in outcomes if o.found is not None),
+               key=lambda o: (o.found.score, [-k for k in o.space.tie_key]))  # type: ignore[union-attr]
+    found, sp = best.found, best.space
     assert found is not None and sp is not None
     result = _finish(workload, board, options.resolved(sp.stackable), clock, found.TR, found.TP, found.TC, found.score,
                      n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)

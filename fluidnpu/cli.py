@@ -43,7 +43,7 @@ def cli() -> None:
 @click.option("--batching", default="fluid", show_default=True,
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
 @click.option("--stackable/--no-stackable", default=None,
-              help="build Stackable PEs (k = 1/2, 1/4) or plain PEs only (k = 1) (default: searched, both priced)")
+              help="build Stackable PEs (k = 2 and 1/2 besides 1) or plain PEs only (k = 1) (default: searched, both priced)")
 @click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
