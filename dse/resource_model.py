@@ -94,25 +94,20 @@ DEFAULT_LOGIC = LogicCosts()
 
 
 @dataclass(frozen=True)
-class FabricCosts:
-    """What the 7-series fit (LogicCosts, 64-bit AXI ports) leaves out, measured with Yosys 0.70 on
-    whole NPUs and engines alone (docs/resources.md, "Whole NPUs at 128 MACs on both families").
+class WidePortCosts:
+    """What the 7-series fit (LogicCosts, 64-bit AXI ports) leaves out: the DMA's read/write engines
+    grow with the data width. One measurement, Yosys 0.70: a whole NPU with four 128-bit ports against
+    four 64-bit ones, both UltraScale+ (docs/resources.md, "Whole NPUs at 128 MACs on both families").
 
-    UltraScale+ (`xcup`): the same engine maps to more LUTs and about twice the FFs (Yosys keeps the
-    multipliers' pipeline registers in the fabric beside DSP48E2); fitted on three plain-PE EngineCore
-    twins (32-128 MACs, 8-16 PEs), xcup against xc7, each within 4 %. Ports wider than 64 bits:
-    the DMA's read/write engines grow with the data width; one measurement, a whole NPU with four
-    128-bit ports against four 64-bit ones, both xcup."""
+    The family itself adds nothing: the same EngineCore maps to the same FFs and to LUTs within 2 % on
+    xc7 and xcup once the DSP48E2s are packed as a vendor flow packs them (hw/synth.py; six plain and
+    Stackable twins, docs/figures/resources/xcup_engines.json), so one fit prices both."""
 
-    xcup_lut_per_mac: float = 15.9
-    xcup_lut_per_pe: float = 31.0
-    xcup_ff_per_mac: float = 80.0
-    xcup_ff_per_pe: float = 32.0
     lut_per_port_bit: float = 14.2      # per AXI port, per data bit beyond 64
     ff_per_port_bit: float = 0.95
 
 
-DEFAULT_FABRIC = FabricCosts()
+DEFAULT_WIDE_PORTS = WidePortCosts()
 FABRICS = {"zynq7000": "xc7", "zynqmp": "xcup"}
 
 
@@ -121,17 +116,11 @@ def fabric_of(board: Board) -> str:
     return FABRICS.get(board.family, "xc7")
 
 
-def fabric_logic(TP: np.ndarray, TC: np.ndarray, fabric: str, port_bits: int, axi_ports: int,
-                 costs: FabricCosts = DEFAULT_FABRIC) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) beyond the 7-series, 64-bit-port fit: the UltraScale+ mapping and wide ports."""
-    TP, TC = np.asarray(TP), np.asarray(TC)
+def wide_port_logic(port_bits: int, axi_ports: int,
+                    costs: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[float, float]:
+    """(LUT, FF) the AXI ports add beyond the 64-bit-port fit."""
     wide = axi_ports * max(0, port_bits - 64)
-    lut = np.full(np.broadcast(TP, TC).shape, wide * costs.lut_per_port_bit)
-    ff = np.full(lut.shape, wide * costs.ff_per_port_bit)
-    if fabric == "xcup":
-        lut = lut + costs.xcup_lut_per_mac * TP * TC + costs.xcup_lut_per_pe * TC
-        ff = ff + costs.xcup_ff_per_mac * TP * TC + costs.xcup_ff_per_pe * TC
-    return lut, ff
+    return wide * costs.lut_per_port_bit, wide * costs.ff_per_port_bit
 
 
 def bram36_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -252,13 +241,14 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
               costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-              banks: int | None = None, fabric: str = "xc7", port_bits: int = 64) -> tuple[np.ndarray, np.ndarray]:
+              banks: int | None = None, port_bits: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
-    engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use). `fabric` (xc7,
-    xcup) and `port_bits` (the AXI ports' data width) add what the 7-series fit leaves out."""
+    engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use). `port_bits`
+    (the AXI ports' data width) adds what the 64-bit-port fit leaves out; the FPGA family adds
+    nothing (WidePortCosts)."""
     cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
-    xl, xf = fabric_logic(TP, TC, fabric, port_bits, axi_ports)
+    xl, xf = wide_port_logic(port_bits, axi_ports)
     return np.ceil(cl + el + xl), np.ceil(cf + ef + xf)
 
 
@@ -290,7 +280,7 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
     masters (None: the board's, `Board.npu_axi_ports`)."""
     bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable,
-                        axi_ports=ports or board.npu_axi_ports, banks=banks, fabric=fabric_of(board),
+                        axi_ports=ports or board.npu_axi_ports, banks=banks,
                         port_bits=board.hp_width_bits)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax))
@@ -303,7 +293,7 @@ def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Boar
     (`ports` AXI masters; None: the board's)."""
     _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
     lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks,
-                        fabric=fabric_of(board), port_bits=board.hp_width_bits)
+                        port_bits=board.hp_width_bits)
     return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
             & (ff <= board.limit("ff")))
 

@@ -155,11 +155,38 @@ _DELAY_MAP_LUTS = ["opt_expr -mux_undef -noclkinv", "abc -luts 2:2,3,6:5,10,20",
                    "xilinx_dffopt", "opt_lut_ins -tech xilinx"]
 
 
+# synth_xilinx's `map_dsp` step with the 7-series DSP48E1 mapping and packing, used on UltraScale+ too.
+# Yosys's `xilinx_dsp` packs registers (A/B/M/P) and post-adders only for `-family xc7`; for xcu/xcup
+# it leaves every multiplier's pipeline registers and the `a*b + c` adders in the fabric (its source:
+# the pattern matcher runs `if (family == "xc7")`), which Vivado does not do. A DSP48E2 has every
+# register, the post-adder and the PCIN cascade of a DSP48E1 (UG579 vs UG479; its multiplier is
+# 27x18 where the E1's is 25x18, and the NPU's operands are 8-bit), so each DSP48E1 this step packs
+# is a legal DSP48E2 and the count is the one a vendor flow would reach (docs/resources.md). The
+# cells stay typed DSP48E1 in the netlist; they count as DSP slices either way.
+_XC7_RULES_MAP_DSP = [
+    "memory_dff", "alumacc -macc-only", "maccmap -unmap", "opt_clean",
+    "techmap -map +/mul2dsp.v -map +/xilinx/xc7_dsp_map.v -D DSP_A_MAXWIDTH=25 -D DSP_B_MAXWIDTH=18 "
+    "-D DSP_A_MAXWIDTH_PARTIAL=18 -D DSP_A_MINWIDTH=2 -D DSP_B_MINWIDTH=2 -D DSP_Y_MINWIDTH=9 "
+    "-D DSP_SIGNEDONLY=1 -D DSP_NAME=$__MUL25X18",
+    "select a:mul2dsp", "setattr -unset mul2dsp", "opt_expr -fine", "wreduce", "select -clear",
+    "xilinx_dsp -family xc7", "chtype -set $mul t:$__soft_mul"]
+
+
+def _synth_steps(opts: str, family: str, timing: bool) -> list[str]:
+    """The synth_xilinx run, cut where this flow replaces a step: `map_dsp` on UltraScale+
+    (_XC7_RULES_MAP_DSP) and `map_luts` for the timing proxy (_DELAY_MAP_LUTS)."""
+    head = [f"synth_xilinx {opts} -run :map_dsp", *_XC7_RULES_MAP_DSP] if family == "xcup" else []
+    start = "coarse" if head else ""
+    if timing:
+        return [*head, f"synth_xilinx {opts} -run {start}:map_luts", *_DELAY_MAP_LUTS,
+                f"synth_xilinx {opts} -run finalize:"]
+    return [*head, f"synth_xilinx {opts}" + (f" -run {start}:" if start else "")]
+
+
 def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False) -> str:
     opts = f"-family {family} -noiopad -top {top_name}" + (" -flatten" if flatten else "") + (" -uram" if uram else "")
     prims = " ".join(f"t:{t}" for t in _LIST_TYPES)
-    synth = ([f"synth_xilinx {opts} -run :map_luts", *_DELAY_MAP_LUTS, f"synth_xilinx {opts} -run finalize:"]
-             if timing else [f"synth_xilinx {opts}"])
+    synth = _synth_steps(opts, family, timing)
     return "\n".join([
         "read_verilog design.v", *synth, "tee -q -o stats.json stat -json",
         # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution

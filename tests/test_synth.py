@@ -122,6 +122,26 @@ def test_hierarchy_totals_include_children(report):
     assert report.to_dict()["memories"]["outer.inner.big"]["bram36"] == 2.0
 
 
+# A registered multiply-accumulate as the engine writes one: operand registers, the product, the
+# accumulator. A DSP48E1 and a DSP48E2 both hold all of it (A/B registers, post-adder, PREG).
+MAC_V = """module mac(input clk, input signed [7:0] a, input signed [7:0] b, output reg signed [31:0] acc);
+  reg signed [7:0] ra, rb;
+  always @(posedge clk) begin ra <= a; rb <= b; acc <= acc + ra * rb; end
+endmodule
+"""
+
+
+@needs_yosys
+@pytest.mark.parametrize("family", ["xc7", "xcup"])
+def test_multiply_accumulate_packs_into_one_dsp_on_both_families(family, tmp_path):
+    """On UltraScale+ the flow packs DSPs by the DSP48E1 rules (Yosys's own xcup pass packs nothing: it
+    left the 16 operand and 32 accumulator flip-flops and a 32-bit adder in the fabric), so the MAC is
+    one DSP slice and nothing else on either family."""
+    rep = synthesize(MAC_V, "mac", family=family, workdir=tmp_path)
+    assert rep.total.dsp == 1
+    assert rep.total.ff == 0 and rep.total.lut_logic == 0 and rep.total.carry == 0, rep.cells
+
+
 @needs_yosys
 def test_yosys_failure_is_one_line_fluid_error(tmp_path):
     with pytest.raises(FluidError) as exc:
