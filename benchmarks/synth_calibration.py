@@ -38,12 +38,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fluidnpu.boards import load_board
+from fluidnpu.hw.regmap import BUFFERS
 from fluidnpu.dse import resource_model
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logic, design_resources,
                                          engine_logic, input_banks, logic_use)
 
 AXI_DW = 64
-BUFFER_CLASSES = ("input", "accumulator", "output")
+BUFFER_CLASSES = BUFFERS
 PARTS = ("control", "engine")
 # The sweep's engines all have Stackable PEs, so their cost cannot be told apart from the per-PE/
 # per-MAC terms here: held at the model's values, measured on plain-PE engines (stackable=False)

@@ -95,7 +95,7 @@ def main() -> None:
                       "layers": params.layers, "NB": params.banks},
            "model": bundle.workload.name, "board": board.name, "family": family, "rows": rows,
            "yosys_seconds": rep["seconds"], "yosys": rep["yosys"], "machine": cal.machine(),
-           "modules": y["modules"], "wall_seconds": time.perf_counter() - t0}
+           "modules": y["modules"], "memories": y["memories"], "wall_seconds": time.perf_counter() - t0}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "synth_full.json").write_text(json.dumps(doc, indent=1))

@@ -13,14 +13,14 @@ All functions broadcast over numpy arrays so the DSE can size every design at on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import product
 from typing import Any
 
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.hw.regmap import fbcb_entry_bits, input_banks, nmax
+from fluidnpu.hw.regmap import BUFFERS, fbcb_entry_bits, input_banks, nmax
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -152,17 +152,16 @@ def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
     TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
     nb = banks or input_banks(bmax)
     half = -(-TR // 2)
-    return [
-        ("input", 2 * nb, 2 * -(-(-(-TR // nb)) // 2), WORD_BITS * TP),
-        ("accumulator", 2, half, ACC_BITS * TC),
-        ("output", 2, 2 * half, WORD_BITS * TC),
-    ]
+    shapes = ((2 * nb, 2 * -(-(-(-TR // nb)) // 2), WORD_BITS * TP),      # input
+              (2, half, ACC_BITS * TC),                                    # accumulator
+              (2, 2 * half, WORD_BITS * TC))                               # output
+    return [(name, *shape) for name, shape in zip(BUFFERS, shapes)]
 
 
-def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
-               banks: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(bram36, uram, feasible) choosing, per design, the BRAM/URAM placement of
-    each memory that fits under the board's ceilings and leaves the lowest peak utilisation."""
+def _placements(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
+                banks: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[bool, ...]]]:
+    """(bram36, uram, choice, choices): per design, the index into `choices` (one in-URAM flag per
+    memory of `memories`) of the placement memory_use keeps, -1 where none fits."""
     mems = memories(TR, TP, TC, bmax, banks=banks)
     bram_limit, uram_limit = board.limit("bram36"), board.limit("uram")
     as_bram = [count * bram36_for(depth, width) for _, count, depth, width in mems]
@@ -171,9 +170,9 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
     best_b = np.full(shape, np.inf)
     best_u = np.full(shape, np.inf)
     best_score = np.full(shape, np.inf)
-    for choice in product((False, True), repeat=len(mems)):
-        if any(choice) and board.uram == 0:
-            continue
+    best_choice = np.full(shape, -1)
+    choices = [c for c in product((False, True), repeat=len(mems)) if board.uram or not any(c)]
+    for i, choice in enumerate(choices):
         b = sum((np.zeros(shape) if in_uram else br) for in_uram, br in zip(choice, as_bram))
         u = sum((uu if in_uram else np.zeros(shape)) for in_uram, uu in zip(choice, as_uram))
         fits = (b <= bram_limit) & (u <= uram_limit)
@@ -182,8 +181,28 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
         best_b = np.where(better, b, best_b)
         best_u = np.where(better, u, best_u)
         best_score = np.where(better, score, best_score)
-    feasible = np.isfinite(best_score)
-    return best_b, best_u, feasible
+        best_choice = np.where(better, i, best_choice)
+    return best_b, best_u, best_choice, choices
+
+
+def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
+               banks: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bram36, uram, feasible) choosing, per design, the BRAM/URAM placement of
+    each memory that fits under the board's ceilings and leaves the lowest peak utilisation."""
+    best_b, best_u, choice, _ = _placements(TR, TP, TC, board, bmax, banks=banks)
+    return best_b, best_u, choice >= 0
+
+
+def memory_placement(TR: int, TP: int, TC: int, board: Board, bmax: int, *,
+                     banks: int | None = None) -> dict[str, str]:
+    """Where one design's buffers go, {memory: "bram" | "uram"}, as memory_use priced them ({} when no
+    placement fits). The bundle carries it and the RTL marks each memory with it (`ram_style`), so
+    Vivado and Yosys build the placement the DSE counted rather than choosing their own."""
+    _, _, choice, choices = _placements(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
+    if int(choice) < 0:
+        return {}
+    names = [name for name, *_ in memories(np.array(TR), np.array(TP), np.array(TC), bmax, banks=banks)]
+    return {name: "uram" if in_uram else "bram" for name, in_uram in zip(names, choices[int(choice)])}
 
 
 def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
@@ -260,6 +279,7 @@ class Resources:
     lut: int
     ff: int
     fbcb_ff: int    # FBCB bits: the paper's register count (the RTL keeps the FBCB in LUT RAM)
+    placement: dict[str, str] = field(default_factory=dict)   # memory_placement: what the RTL builds
 
     def utilisation(self, board: Board) -> dict[str, float]:
         return {
@@ -283,7 +303,8 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
                         axi_ports=ports or board.npu_axi_ports, banks=banks,
                         port_bits=board.hp_width_bits)
     return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
-                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax))
+                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax),
+                     placement=memory_placement(TR, TP, TC, board, bmax, banks=banks))
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,

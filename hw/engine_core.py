@@ -26,6 +26,8 @@ step's last row has passed the multipliers, however short the step.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -33,7 +35,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from fluidnpu.hw.mac_tree import adder_tree
-from fluidnpu.hw.regmap import KCode, nmax as npu_nmax, supported_k_codes
+from fluidnpu.hw.regmap import BUFFERS, RAM_STYLES, KCode, nmax as npu_nmax, supported_k_codes
 
 K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
@@ -91,6 +93,9 @@ def step_signature(TR: int) -> wiring.Signature:
 class EngineCore(wiring.Component):
     """The NPU's compute core ⟨TR, TP, TC⟩ with NB input banks (docs/hw-architecture.md).
 
+    `placement` ({buffer: "bram" | "uram"}, buffers as `regmap.BUFFERS`) gives the buffers' memories
+    the `ram_style` the DSE priced them in; a buffer it does not name is left to the tool.
+
     Attributes after construction:
       modes:    the k codes this size supports (`regmap.supported_k_codes`)
       latency:  {k code: cycles from a row's issue to its staging write}; a
@@ -101,7 +106,7 @@ class EngineCore(wiring.Component):
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None,
-                 stackable: bool = True) -> None:
+                 stackable: bool = True, placement: Mapping[str, str] | None = None) -> None:
         if min(TR, TP, TC) < 1:
             raise ValueError("TR, TP, TC must be >= 1")
         if NB < 2 or NB & (NB - 1):
@@ -111,6 +116,9 @@ class EngineCore(wiring.Component):
         if nmax < need or nmax % 2:
             raise ValueError(f"nmax = {nmax} must be even and >= NMAX = max(2TP, 2TC, 16) = {need}")
         self.TR, self.TP, self.TC, self.NB, self.nmax = TR, TP, TC, NB, nmax
+        self.placement = dict(placement or {})
+        if not set(self.placement) <= set(BUFFERS) or not set(self.placement.values()) <= set(RAM_STYLES):
+            raise ValueError(f"placement {self.placement}: memories {BUFFERS}, each one of {tuple(RAM_STYLES)}")
         self.h = TP // 2
         self.tree_levels = L = ceil_log2(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
@@ -129,6 +137,11 @@ class EngineCore(wiring.Component):
         })
 
     # ------------------------------------------------------------------
+    def _ram_attrs(self, buffer: str) -> dict[str, str] | None:
+        """`ram_style` of a buffer's memories: the placement the DSE priced, so the vendor tool builds it."""
+        kind = self.placement.get(buffer)
+        return None if kind is None else {"ram_style": RAM_STYLES[kind]}
+
     def elaborate(self, platform) -> Module:
         m = Module()
         TR, TP, TC, NB = self.TR, self.TP, self.TC, self.NB
@@ -215,7 +228,7 @@ class EngineCore(wiring.Component):
         lo_mem, hi_mem = [], []
         for b in range(NB):
             for lst, nm in ((lo_mem, "lo"), (hi_mem, "hi")):
-                mem = Memory(shape=unsigned(16 * TP), depth=2 * D, init=[])
+                mem = Memory(shape=unsigned(16 * TP), depth=2 * D, init=[], attrs=self._ram_attrs("input"))
                 m.submodules[f"in{b}_{nm}"] = mem
                 lst.append((mem.write_port(), mem.read_port()))
 
@@ -322,7 +335,7 @@ class EngineCore(wiring.Component):
         H = -(-TR // 2)
         acc_mem = []
         for i in range(2):
-            mem = Memory(shape=unsigned(32 * TC), depth=H, init=[])
+            mem = Memory(shape=unsigned(32 * TC), depth=H, init=[], attrs=self._ram_attrs("accumulator"))
             m.submodules[f"acc{i}"] = mem
             wr = mem.write_port()
             acc_mem.append((wr, mem.read_port(transparent_for=(wr,))))
@@ -363,7 +376,7 @@ class EngineCore(wiring.Component):
                      p_any.eq(q_any), p_done.eq(q_done)]
         st_mem = []
         for i in range(2):
-            mem = Memory(shape=unsigned(16 * TC), depth=2 * H, init=[])
+            mem = Memory(shape=unsigned(16 * TC), depth=2 * H, init=[], attrs=self._ram_attrs("output"))
             m.submodules[f"stage{i}"] = mem
             wr = mem.write_port()
             st_mem.append((wr, mem.read_port()))

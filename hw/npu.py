@@ -46,7 +46,8 @@ class Npu(wiring.Component):
                         stackable=p.stackable)
         m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
                                         tag_width=seq.tag.size, ports=p.axi_ports)
-        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable)
+        core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable,
+                          placement=dict(p.placement))
         # SOFT_RESET aborts a run: the control unit and the core are held in reset while
         # the DMA finishes the bursts it has already issued (AXI has no abort), so the
         # bus is clean when the NPU is idle again.

@@ -438,6 +438,13 @@ MAX_AXI_PORTS = NPU_AXI_PORTS_MAX
 its reads in flight in 6 bits (4 ports x 13 = 52 < 64, `AxiDma.max_reads_in_flight`)."""
 
 
+BUFFERS = ("input", "accumulator", "output")
+"""The engine's buffer memories (hw/engine_core.py), as the resource model names them (`memories`)."""
+
+RAM_STYLES = {"bram": "block", "uram": "ultra"}
+"""A buffer's placement -> the `ram_style` attribute the RTL gives its memories (Vivado, Yosys)."""
+
+
 @dataclass(frozen=True)
 class NpuParams:
     """The build parameters the register block reports (CFG_*) and sizes itself by."""
@@ -453,6 +460,7 @@ class NpuParams:
     nb: int | None = None       # input banks NB (the bundle's design.NB); None: input_banks(bmax)
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
     axi_ports: int = 1          # AXI4 master ports m_axi0.. (the bundle's design.ports), DMA commands dealt round-robin
+    placement: tuple[tuple[str, str], ...] = ()   # (buffer, "bram" | "uram"): resources.placement; () = the tool's choice
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
@@ -464,6 +472,10 @@ class NpuParams:
             raise FluidError(f"FBCB of {self.fbcb_depth} entries exceeds FBCB_ADDR's 16 bits")
         if self.nb is not None:
             check_banks(self.nb, self.bmax)
+        for name, kind in self.placement:
+            if name not in BUFFERS or kind not in RAM_STYLES:
+                raise FluidError(f"NPU parameter placement: {name!r} -> {kind!r}; buffers are {', '.join(BUFFERS)}, "
+                                 f"each placed in {' or '.join(RAM_STYLES)}")
         if self.fbcb and len(self.fbcb) != self.fbcb_depth:
             raise FluidError(f"initial FBCB has {len(self.fbcb)} entries, expected L*Bmax = {self.fbcb_depth}")
 
@@ -497,7 +509,8 @@ class NpuParams:
         return cls(TR=int(des["TR"]), TP=int(des["TP"]), TC=int(des["TC"]), bmax=int(d["bmax"]),
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
                    fbcb=tuple(fbcb_table(d)), nb=design_banks(d),
-                   stackable=bool(d.get("dse", {}).get("stackable", True)), axi_ports=min(ports, MAX_AXI_PORTS))
+                   stackable=bool(d.get("dse", {}).get("stackable", True)), axi_ports=min(ports, MAX_AXI_PORTS),
+                   placement=tuple(sorted(d.get("resources", {}).get("placement", {}).items())))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

@@ -138,6 +138,20 @@ def test_fbcb_table_and_params_from_bundle(tiny_bundle):
         NpuParams(TR=1, TP=1, TC=1, bmax=2, layers=2, fbcb=(0, 1, 2))
 
 
+
+def test_params_carry_the_memory_placement(tiny_bundle):
+    """The bundle's resources.placement (what the DSE priced) reaches the RTL's parameters; a bundle
+    without one leaves the placement to the tool; a placement naming no buffer or kind is refused."""
+    d = json.loads(json.dumps(tiny_bundle.data))
+    assert NpuParams.from_bundle(d).placement == tuple(sorted(d["resources"]["placement"].items()))
+    d["resources"]["placement"] = {"accumulator": "uram", "input": "bram"}
+    assert NpuParams.from_bundle(d).placement == (("accumulator", "uram"), ("input", "bram"))
+    del d["resources"]["placement"]
+    assert NpuParams.from_bundle(d).placement == ()
+    for bad in ((("weights", "bram"),), (("input", "lutram"),)):
+        with pytest.raises(FluidError, match="placement"):
+            NpuParams(TR=8, TP=2, TC=2, bmax=2, layers=1, placement=bad)
+
 def test_design_hash_spec_and_sensitivity(tiny_bundle):
     d = tiny_bundle.data
     words = [d["design"]["TR"], d["design"]["TP"], d["design"]["TC"], 4, len(d["fbcb"]["entries"]),

@@ -235,7 +235,7 @@ def test_whole_npu_on_both_families_within_five_percent(name):
     """The whole-NPU syntheses of docs/resources.md ("Whole NPUs at 128 MACs on both families"): the same
     plain-PE <1024, 8, 16> NPU on xc7 with 64-bit ports, xcup with 64-bit and xcup with 128-bit ports. The
     model, with its port-width term, prices each within 5 % of Yosys's LUTs and FFs (the 64-bit-port fit
-    alone is ~10 % low on the last)."""
+    alone is ~10 % low on the last), and every buffer's BRAM36/URAM exactly."""
     from fluidnpu.bundle import load_bundle
     from fluidnpu.dse.resource_model import design_resources
 
@@ -248,6 +248,13 @@ def test_whole_npu_on_both_families_within_five_percent(name):
                            bundle.data["dse"]["stackable"], banks=bundle.banks, ports=bundle.ports)
     assert not bundle.data["dse"]["stackable"] and bundle.ports == 4
     assert abs(res.lut / yosys["lut"] - 1) <= 0.05 and abs(res.ff / yosys["ff"] - 1) <= 0.05, (res, yosys)
+    # the buffers, built with the bundle's placement (ram_style): each one's BRAM36 and URAM exactly as priced
+    assert res.placement == bundle.data["resources"]["placement"]
+    for name, n, depth, width in memories(*map(np.array, bundle.design), bundle.bmax, banks=bundle.banks):
+        in_uram = res.placement[name] == "uram"
+        want = {"bram36": 0.0 if in_uram else float(n * bram36_for(depth, width)),
+                "uram": float(n * uram_for(depth, width)) if in_uram else 0.0, "lutram": 0}
+        assert report["memories"][name] == want, (name, report["memories"][name], want)
 
 
 def test_same_engine_on_both_families():
@@ -269,3 +276,21 @@ def test_same_engine_on_both_families():
     b = design_resources(2048, 8, 16, zcu104, 8, 54, True, banks=2, ports=4)
     wl, wf = wide_port_logic(zcu104.hp_width_bits, 4)
     assert b.lut - a.lut == pytest.approx(wl, abs=1) and b.ff - a.ff == pytest.approx(wf, abs=1)
+
+
+def test_memory_placement_is_what_memory_use_priced():
+    """design_resources' placement names where each buffer goes, and re-pricing the buffers that way gives
+    its BRAM36 and URAM counts: URAM for some buffers of a deep ZCU104 design, BRAM only on ZC706 (no URAM),
+    nothing for a design that fits no placement."""
+    from fluidnpu.dse.resource_model import memory_placement
+
+    for board, design in ((load_board("zcu104"), (2788, 26, 64)), (load_board("zc706"), (3992, 14, 64))):
+        res = design_resources(*design, board, 8, 54, False, banks=2, ports=4)
+        assert set(res.placement) == {name for name, *_ in memories(*map(np.array, design), 8, banks=2)}
+        bram = sum(n * bram36_for(d, w) for name, n, d, w in memories(*map(np.array, design), 8, banks=2)
+                   if res.placement[name] == "bram")
+        uram = sum(n * uram_for(d, w) for name, n, d, w in memories(*map(np.array, design), 8, banks=2)
+                   if res.placement[name] == "uram")
+        assert (float(bram), float(uram)) == (res.bram36, res.uram)
+        assert ("uram" in res.placement.values()) == (board.uram > 0)
+    assert memory_placement(10 ** 6, 64, 64, load_board("zc706"), 8, banks=2) == {}

@@ -143,6 +143,30 @@ def test_multiply_accumulate_packs_into_one_dsp_on_both_families(family, tmp_pat
 
 
 @needs_yosys
+def test_engine_builds_the_placement_the_model_priced(tmp_path):
+    """An EngineCore told where its buffers go (ram_style on its memories) maps to exactly the URAM288s and
+    BRAM36s the resource model counts for that placement, buffer by buffer. The placement asked for is the
+    opposite of Yosys's own choice for this engine (input banks in BRAM, accumulators and staging in URAM)."""
+    import numpy as np
+
+    from fluidnpu.dse.resource_model import bram36_for, memories, uram_for
+    from fluidnpu.hw.engine_core import EngineCore
+
+    TR, TP, TC, NB = 4096, 2, 2, 2
+    placement = {"input": "uram", "accumulator": "bram", "output": "bram"}
+    rep = synthesize(EngineCore(TR=TR, TP=TP, TC=TC, NB=NB, placement=placement), "core", family="xcup",
+                     workdir=tmp_path)
+    prefix = {"input": "core.in", "accumulator": "core.acc", "output": "core.stage"}
+    for name, n, depth, width in memories(np.array(TR), np.array(TP), np.array(TC), 8, banks=NB):
+        mems = [m for k, m in rep.memories.items() if k.startswith(prefix[name])]
+        assert len(mems) == n
+        want = n * (uram_for(depth, width) if placement[name] == "uram" else 0)
+        assert sum(m.uram for m in mems) == want, (name, mems)
+        want = n * (bram36_for(depth, width) if placement[name] == "bram" else 0)
+        assert sum(m.bram36 for m in mems) == want, (name, mems)
+
+
+@needs_yosys
 def test_yosys_failure_is_one_line_fluid_error(tmp_path):
     with pytest.raises(FluidError) as exc:
         synthesize("module broken(input a; endmodule\n", "broken", workdir=tmp_path)
