@@ -131,6 +131,9 @@ def print_summary(bundle) -> None:
     ceil = bundle.board.ceilings
     rt.add_row("ceiling", *(f"{100 * getattr(ceil, k):.0f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     out.print(rt)
+    if res.get("placement"):
+        out.print("buffers (built with ram_style): " + ", ".join(f"{name} in {kind.upper()}"
+                                                                 for name, kind in res["placement"].items()))
     tp = d.get("timing_proxy")
     if tp:
         verdict = "[green]within[/]" if tp["meets_budget"] else "[bold red]over[/]"

@@ -61,9 +61,15 @@ def test_show_reads_the_bundle(resnet_bundle):
 
 
 def test_dse_human_summary_for_inception_on_zcu104():
+    proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    placement = json.loads(proc.stdout)["resources"]["placement"]
     proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4")
     assert proc.returncode == 0, proc.stderr
     assert "<TR, TP, TC>" in proc.stdout and "GOp/s" in proc.stdout
+    # where the buffers go, as the bundle tells the RTL to build them
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("buffers (built with ram_style)"))
+    assert all(f"{name} in {kind.upper()}" in line for name, kind in placement.items()) and placement
 
 
 def test_dse_pe_kind_flag():
