@@ -135,15 +135,15 @@ class Bus:
     port_bytes: float
     word_bytes: int = 2
     ports: int = 0             # AXI ports the commands are dealt over; 0: as many as the bandwidth needs
-
-    COMMAND_CYCLES = 1.0
-    """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle."""
+    command_cycles: float = 1.0
+    """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle (0: the what-if of
+    a control unit without that limit, benchmarks/peak_gap.py)."""
 
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
-           ports: int = 0) -> "Bus":
+           ports: int = 0, command_cycles: float = 1.0) -> "Bus":
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
-                   word_bytes, ports)
+                   word_bytes, ports, command_cycles)
 
     @classmethod
     def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
@@ -172,7 +172,7 @@ class Bus:
     def stream(self, beats: ArrayLike, commands: ArrayLike) -> np.ndarray:
         """Cycles of `commands` DMA commands moving `beats` beats (zero-fill responses count as
         beats): the busier of the command stream and the ports."""
-        return np.maximum(np.asarray(commands) * self.COMMAND_CYCLES, np.asarray(beats) * self.beat_cycles)
+        return np.maximum(np.asarray(commands) * self.command_cycles, np.asarray(beats) * self.beat_cycles)
 
     def beats(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
         """Expected beats of `words` words cut into `runs` contiguous commands.

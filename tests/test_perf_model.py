@@ -264,3 +264,20 @@ def test_busiest_port_of_a_repeating_deal():
         out = mode.costs.busiest_port(t, setup.full_g, setup.g)
         busy[n] = None if out is None else float(out)
     assert busy == {1: None, 2: 14.0, 3: 0.0, 4: 7.0}
+
+
+def test_command_rate_is_a_bus_parameter():
+    """`Bus.command_cycles`: one DMA command a cycle by default (a stream of short commands is
+    command-bound on several ports); 0 leaves the beats alone (benchmarks/peak_gap.py's what-if), and
+    the DSE's per-mode bus keeps it."""
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING
+    from fluidnpu.dse.search import LayerShapes, modes_of
+    from fluidnpu.workload import Layer
+
+    bus = Bus.of_ports(4, 16)
+    assert bus.stream(beats=10, commands=40) == 40
+    free = Bus.of(bus.bytes_per_cycle, bus.port_bytes, ports=4, command_cycles=0.0)
+    assert free.stream(beats=10, commands=40) == pytest.approx(10 * free.beat_cycles)
+    shapes = LayerShapes.of([Layer(name="fc", kind="fc", R=1, P=256, C=64)])
+    mode = next(iter(modes_of(np.array([[8]]), np.array([[8]]), shapes, (0,), free, DEFAULT_TIMING).values()))
+    assert mode.costs.bus.command_cycles == 0.0

@@ -1,0 +1,139 @@
+"""Where the DSE picks lose the board's DSP peak: every cycle of ResNet-50 at b = 4..8, by part.
+
+Issue 11 asks for >= 88 % of the board's DSP peak at every b from 4 to 8. This run prices each pick's
+layers with the performance model (the plan the DSE chose: each layer's <BR, k> at each b) and
+splits the cycles into the parts of `perf_model.LayerParts`:
+
+    ideal     cycles at 100 % MAC use (`ideal_cycles`): what the peak would take
+    edges     the passes' blocks beyond ideal with unlimited DDR and port bandwidth and no limit on
+              the DMA commands a cycle: partly filled arrays (P, C, R against TP, TC, TR), step overheads
+    commands  the blocks' extra with one DMA command a cycle (the control unit's rate), bandwidth unlimited
+    bandwidth the blocks' extra beyond that: steps waiting on the DDR or the AXI ports
+    prologue  each layer's first step, fetched before anything computes
+    drain     each layer's last block: pipeline fill and write-out after the last row
+    regroup   waits where a pass changes its group count
+    control   planning, descriptor reads, per-layer overhead
+
+and the share of the board's peak the design would reach with each part removed. It answers what an
+RTL change is worth before it is built (e.g. overlapping a layer's prologue with the previous
+layer's drain). The parts sum to the DSE's own cycle counts (checked on every run).
+
+    .venv/bin/python benchmarks/peak_gap.py --out docs/figures     # peak_gap.json and peak_gap.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fluidnpu.boards import load_board
+from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts
+from fluidnpu.dse.search import Choice, DSEOptions, LayerShapes, choice_setup, explore, k_codes, modes_of
+from fluidnpu.zoo import zoo_model
+
+PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
+
+
+def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)) -> dict[str, Any]:
+    """The pick of `model` on `board_name` and its cycles by part at each b in `batches`."""
+    board = load_board(board_name)
+    r = explore(zoo_model(model), board, DSEOptions(bmax=bmax))
+    layers = r.workload.layers()
+    shapes = LayerShapes.of(layers)
+    TR, TP, TC = (np.array([[v]]) for v in (r.TR, r.TP, r.TC))
+    bus, timing = board.bus(r.clock_mhz, r.ports), r.options.timing
+    ks = k_codes(r.options.given_stackable())
+    modes = modes_of(TP, TC, shapes, ks, bus, timing)
+    unlimited = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports), timing)
+    free = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0), timing)
+    board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
+    rows = []
+    for b in batches:
+        total = dict.fromkeys(PARTS, 0.0)
+        for li in range(len(layers)):
+            ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
+            n = b if ch.serial else 1
+            setup = choice_setup(modes, shapes, b, ch, r.NB)
+            p = layer_parts(setup, TR)
+            G = float(setup.G[0, li])
+            fast = choice_setup(unlimited, shapes, b, ch, r.NB)
+            body_fast = G * float(layer_parts(fast, TR).body[0, li]) * n
+            freed = choice_setup(free, shapes, b, ch, r.NB)
+            body_free = G * float(layer_parts(freed, TR).body[0, li]) * n
+            ideal = float(ideal_cycles(shapes.R[0, li], shapes.P[0, li], shapes.C[0, li], shapes.G[0, li], b,
+                                       r.TP, r.TC))
+            cycles = float(p.cycles(setup)[0, li]) * n
+            assert abs(cycles - r.plan.cycles[li][b - 1]) < 1, (layers[li].name, b, cycles)
+            part = {"body": G * float(p.body[0, li]) * n, "prologue": G * float(p.prologue[0, li]) * n,
+                    "drain": G * float(p.drain[0, li]) * n, "regroup": G * float(p.regroup[0, li]) * n}
+            total["ideal"] += ideal
+            total["edges"] += body_free - ideal
+            total["commands"] += body_fast - body_free
+            total["bandwidth"] += part["body"] - body_fast
+            for k in ("prologue", "drain", "regroup"):
+                total[k] += part[k]
+            total["control"] += cycles - sum(part.values())
+        cycles = sum(total.values())
+        gops = 2.0 * b * r.workload.total_macs * r.clock_mhz * 1e6 / cycles / 1e9
+        rows.append({"b": b, "cycles": cycles, "gops": gops, "board_peak_share": gops / board_peak,
+                     "shares": {k: v / cycles for k, v in total.items()},
+                     "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]}})
+    return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
+            "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
+            "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--boards", default="zc706,zcu104")
+    ap.add_argument("--out", help="folder for peak_gap.json and peak_gap.png")
+    args = ap.parse_args()
+    out = [gap(args.model, name) for name in args.boards.split(",")]
+    print("| pick | b | share of board peak | " + " | ".join(PARTS[1:]) + " | share of board peak without "
+          "bandwidth / commands / edges / prologue + drain |")
+    print("|---" * (len(PARTS) + 3) + "|")
+    for g in out:
+        for row in g["rows"]:
+            s, w = row["shares"], row["without"]
+            both = row["board_peak_share"] / (1 - s["prologue"] - s["drain"])
+            print(f"| {args.model} / {g['board']} <{', '.join(map(str, g['design']))}> | {row['b']} "
+                  f"| {100 * row['board_peak_share']:.1f} % | "
+                  + " | ".join(f"{100 * s[k]:.1f} %" for k in PARTS[1:])
+                  + f" | {100 * w['bandwidth']:.1f} / {100 * w['commands']:.1f} / {100 * w['edges']:.1f} / "
+                    f"{100 * both:.1f} % |")
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "peak_gap.json").write_text(json.dumps(out, indent=1))
+        plot(out, folder / "peak_gap.png")
+
+
+def plot(out: list[dict[str, Any]], path: Path) -> None:
+    """Stacked shares of the cycles per pick and b: what each part costs against the peak."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(out), figsize=(5 * len(out), 4), sharey=True, squeeze=False)
+    for ax, g in zip(axes[0], out):
+        bs = [row["b"] for row in g["rows"]]
+        bottom = np.zeros(len(bs))
+        for k in PARTS:
+            v = np.array([100 * row["shares"][k] for row in g["rows"]])
+            ax.bar(bs, v, bottom=bottom, label=k)
+            bottom += v
+        ax.set_title(f"{g['model']} / {g['board']} <{', '.join(map(str, g['design']))}>")
+        ax.set_xlabel("batch size b")
+    axes[0][0].set_ylabel("% of the cycles")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+if __name__ == "__main__":
+    main()
