@@ -266,10 +266,16 @@ class ReadEngine(wiring.Component):
         _drive_constant_ax(m, axi, "ar", g)
         m.d.comb += [axi.arvalid.eq(ar.valid), axi.araddr.eq(ar.addr), axi.arlen.eq(ar.len)]
 
-        # R side: collect the head command's beats, then align, mask and register the response.
+        # R side: align the head command's beats as they arrive and register the response. Response
+        # beat k (words k*wpb ..) is raw words k*wpb + off .., from raw beats k and k+1: when raw
+        # beat k+1 arrives, beside the previous one (`prev`), response beat k is a one-beat shift
+        # and goes to its slot; the last raw beat completes the last two response beats. One
+        # beat-wide shifter instead of an NMAX-word one (docs/resources.md, "The DMA's shifters").
         head = desc_layout(desc_q.r_data)
         bidx = Signal(range(g.max_beats))
-        slots = [Signal(g.dw, name=f"slot{k}") for k in range(g.max_beats)]
+        out_beats = -(-g.nmax // g.wpb)
+        slots = [Signal(g.dw, name=f"slot{k}") for k in range(out_beats)]
+        prev = Signal(g.dw)
         last_beat = Signal()
         out_free = ~rsp.valid | rsp.ready
         r_fire = Signal()
@@ -279,13 +285,15 @@ class ReadEngine(wiring.Component):
             r_fire.eq(axi.rvalid & axi.rready),
             ar.complete.eq(r_fire & axi.rlast),
         ]
-        beats = Cat(*(Mux(bidx == k, axi.rdata, slot) for k, slot in enumerate(slots)))
-        words = Signal(16 * g.nmax)
+        done = Signal(g.dw)      # response beat bidx - 1: from prev and this beat
+        tail = Signal(g.dw)      # response beat bidx: from this beat alone (the last one's)
         with m.Switch(head.off):
             for o in range(g.wpb):
                 with m.Case(o):
-                    m.d.comb += words.eq(beats[16 * o: 16 * (o + g.nmax)])
-        masked = Cat(*(Mux(i < head.nwords, words[16 * i: 16 * i + 16], 0) for i in range(g.nmax)))
+                    m.d.comb += [done.eq(Cat(prev, axi.rdata)[16 * o: 16 * (o + g.wpb)]),
+                                 tail.eq(axi.rdata[16 * o:])]
+        beats = Cat(*(Mux(bidx == k + 1, done, Mux(bidx == k, tail, slot)) for k, slot in enumerate(slots)))
+        masked = Cat(*(Mux(i < head.nwords, beats[16 * i: 16 * i + 16], 0) for i in range(g.nmax)))
 
         with m.If(rsp.ready):
             m.d.sync += rsp.valid.eq(0)
@@ -297,11 +305,11 @@ class ReadEngine(wiring.Component):
                 m.d.sync += [bidx.eq(0), rsp.valid.eq(1), rsp.payload.data.eq(masked),
                              rsp.payload.nwords.eq(head.nwords), rsp.payload.tag.eq(head.tag)]
             with m.Else():
-                m.d.sync += bidx.eq(bidx + 1)
+                m.d.sync += [bidx.eq(bidx + 1), prev.eq(axi.rdata)]
                 with m.Switch(bidx):
                     for k, slot in enumerate(slots):
-                        with m.Case(k):
-                            m.d.sync += slot.eq(axi.rdata)
+                        with m.Case(k + 1):
+                            m.d.sync += slot.eq(done)
         with m.Elif(desc_q.r_rdy & head.zero & out_free):
             m.d.comb += desc_q.r_en.eq(1)
             m.d.sync += [rsp.valid.eq(1), rsp.payload.data.eq(0),
@@ -351,14 +359,18 @@ class WriteEngine(wiring.Component):
         _drive_constant_ax(m, axi, "aw", g)
         m.d.comb += [axi.awvalid.eq(aw.valid), axi.awaddr.eq(aw.addr), axi.awlen.eq(aw.len)]
 
-        # W: beat `widx` of the head command, words shifted up by `off` within the beats.
+        # W: beat `widx` of the head command, words shifted up by `off` within the beats: word w is
+        # command word widx*wpb + w - off, from the command's beats widx - 1 and widx. The previous
+        # one is kept (`prev`, zero before the first), so the shifter is one beat wide, not NMAX words.
         head = wq_layout(w_q.r_data)
         widx = Signal(range(g.max_beats))
-        shifted = Signal(g.max_beats * g.dw)
+        cur = Cat(head.data, Const(0, g.max_beats * g.dw - 16 * g.nmax)).word_select(widx, g.dw)
+        prev = Signal(g.dw)
+        wdata = Signal(g.dw)
         with m.Switch(head.off):
             for o in range(g.wpb):
                 with m.Case(o):
-                    m.d.comb += shifted.eq(Cat(Const(0, 16 * o), head.data))
+                    m.d.comb += wdata.eq(Cat(prev, cur)[16 * (g.wpb - o): 16 * (2 * g.wpb - o)])
         strb = []
         for w in range(g.wpb):
             j = widx * g.wpb + w                       # word index counted from the first beat
@@ -367,7 +379,7 @@ class WriteEngine(wiring.Component):
         w_last = Signal()
         w_fire = Signal()
         m.d.comb += [
-            axi.wdata.eq(shifted.word_select(widx, g.dw)),
+            axi.wdata.eq(wdata),
             axi.wstrb.eq(Cat(*strb)),
             axi.wlast.eq((widx == head.end) | (widx == head.end1)),
             axi.wvalid.eq(w_q.r_rdy),
@@ -376,7 +388,7 @@ class WriteEngine(wiring.Component):
             w_q.r_en.eq(w_fire & w_last),
         ]
         with m.If(w_fire):
-            m.d.sync += widx.eq(Mux(w_last, 0, widx + 1))
+            m.d.sync += [widx.eq(Mux(w_last, 0, widx + 1)), prev.eq(Mux(w_last, 0, cur))]
 
         b_fire = axi.bvalid & axi.bready
         m.d.comb += [axi.bready.eq(1), aw.complete.eq(b_fire)]
