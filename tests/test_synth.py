@@ -198,13 +198,14 @@ def test_hierarchy_totals_multiply_instances():
 
 # ---------------------------------------------------------------- the resource model against Yosys
 # The smallest engine whose buffers are BRAM, as in every DSE design (~35 s of Yosys on an idle core):
-# EngineCore alone against the model's engine terms (docs/resources.md). Tolerances: the engine's LUT
-# terms are least accurate at the smallest size (+15.5 % here in the engine refit without the
-# replication network, whose leave-one-out error is 13 % rms; +8.5 % with it), and FFs are close
-# (+4.5 % here, 3.7 % leave-one-out). DSPs must match exactly.
+# EngineCore alone against the model's engine terms (docs/resources.md). Tolerances: the engine's terms
+# are least accurate at the smallest size. Since the fit spans 4 to 896 MACs (the ResNet-50 / ZC706
+# pick's engine, 2026-11-27 late) this engine is the sweep's worst point: +11.5 % LUT and -9.3 % FF
+# (docs/figures/resources/calibration.md; leave-one-out rms 6.8 % LUT, 5.8 % FF). Before that fit it
+# was +14.2 % / +3.9 %. DSPs must match exactly.
 ENGINE = {"TR": 1024, "TP": 2, "TC": 2, "NB": 2}
-ENGINE_LUT_TOL = 0.20
-ENGINE_FF_TOL = 0.06
+ENGINE_LUT_TOL = 0.15
+ENGINE_FF_TOL = 0.11
 
 
 @pytest.fixture(scope="module")
