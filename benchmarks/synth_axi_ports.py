@@ -29,8 +29,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic,
-                                         wide_port_logic)
+from fluidnpu.dse.resource_model import DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.synth import _to_verilog, find_yosys, parse_results, synthesize
 
@@ -100,12 +99,12 @@ def main() -> None:
     current = {**{k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS}, **{k: asdict(DEFAULT_WIDE_PORTS)[k] for k in WIDE_FIELDS}}
     rows = []
     for (nmax, ports, dw), p in points.items():
-        # the model as the DSE prices it (dma_logic + wide_port_logic), with this fit's constants
+        # the model as the DSE prices it (dma_logic), with this fit's constants
         logic = LogicCosts(**{**asdict(DEFAULT_LOGIC), **{k: costs[k] for k in FIELDS}})
-        lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic))
-        xl, xf = wide_port_logic(dw, ports, np.array(nmax), WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS}))
-        rows.append({"nmax": nmax, "ports": ports, "data_width": dw, **p, "lut_model": lut + xl,
-                     "lut_err": (lut + xl) / p["lut"] - 1, "ff_model": ff + xf})
+        lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic, dw,
+                                               WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS})))
+        rows.append({"nmax": nmax, "ports": ports, "data_width": dw, **p, "lut_model": lut,
+                     "lut_err": lut / p["lut"] - 1, "ff_model": ff})
     doc = {"points": rows, "fit": costs, "model_up_to_date": costs == current, "tag_width": TAG_WIDTH}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))

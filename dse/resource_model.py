@@ -220,25 +220,26 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
-def dma_logic(nmax: np.ndarray, axi_ports: int = 1,
-              costs: LogicCosts = DEFAULT_LOGIC) -> tuple[np.ndarray, np.ndarray]:
+def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_LOGIC, port_bits: int = 64,
+              wide: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the AXI DMA (hw/dma.py AxiDma): a ReadEngine + WriteEngine per port, NMAX words
-    wide, and the N:1 response merger when there is more than one port."""
+    wide, `port_bits` wide on the bus, and the N:1 response merger when there is more than one port."""
     nmax = np.asarray(nmax)
+    xl, xf = wide_port_logic(port_bits, axi_ports, nmax, wide)
     lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
-        + (axi_ports > 1) * costs.lut_per_merge_word * nmax
-    ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax)
+        + (axi_ports > 1) * costs.lut_per_merge_word * nmax + xl
+    ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax) + xf
     return lut, ff
 
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-                  banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  banks: int | None = None, port_bits: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, registers (with the FBCB), top glue and the DMA
-    with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports)."""
+    with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports) of `port_bits`."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
-    dl, df = dma_logic(nmax, axi_ports, costs)
+    dl, df = dma_logic(nmax, axi_ports, costs, port_bits)
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
            + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax) + dl)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
@@ -274,10 +275,9 @@ def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackabl
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use). `port_bits`
     (the AXI ports' data width) adds what the 64-bit-port fit leaves out; the FPGA family adds
     nothing (WidePortCosts)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks, port_bits=port_bits)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
-    xl, xf = wide_port_logic(port_bits, axi_ports, dma_words(TP, TC))
-    return np.ceil(cl + el + xl), np.ceil(cf + ef + xf)
+    return np.ceil(cl + el), np.ceil(cf + ef)
 
 
 @dataclass(frozen=True)
