@@ -1,7 +1,7 @@
 """Benchmark: the whole exhaustive DSE (every <TR, TP, TC> that fits, scored or bounded) with Bmax 8.
 
-Target (issues 2 and 11): ResNet-50 on ZC706 under 10 s on a 2-core machine (the search forks one
-child for its second group of spaces, dse/search.py `space_groups`, so it uses both cores). Runs the four
+Target (issues 2 and 11): ResNet-50 on ZC706 under 10 s on a 2-core machine (the spaces are
+searched by forked workers, one per core, dse/search.py `explore`). Runs the four
 zoo model/board pairs of docs/dse.md by default (or one with --model/--board), prints the
 median of --repeat runs per pair, the designs that fit, how many were scored exactly, the pick
 and the machine.

@@ -43,7 +43,9 @@ BATCHING_MODES: dict[str, str] = {
 }
 MAX_BMAX = 64
 SEED_PAIRS = 64    # largest arrays scored first, whose best score prunes the pairs whose peak is below it
-PARALLEL_DESIGNS = 10_000_000   # searches this large run their second space group in a child process
+BOUND_SLACK = 1e-9   # relative rounding a bound may fall below a score it bounds (`reach`)
+ROUND_RANGES = 64   # ranges a round of branch and bound prices at least, when ranges are cut (`split_ranges`)
+PARALLEL_DESIGNS = 10_000_000   # searches this large run their spaces in forked workers
 
 ProgressFn = Callable[[int, int], None]
 
@@ -258,7 +260,7 @@ class Scorer:
         peak = 2.0 * TP * TC * self.clock_mhz * 1e6 / 1e9
         # the partial sums add in another order than the full bound: a range that ties the threshold
         # (exact ties are common: TRs whose blocks split alike) must not fall below it by rounding
-        threshold -= abs(threshold) * 1e-9
+        threshold = reach(threshold)
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
         if np.isfinite(threshold):
@@ -376,6 +378,29 @@ class SearchOutcome:
     n_scored: int
 
 
+def reach(score: float) -> float:
+    """The least bound that may still hold a design scoring `score`: a bound adds its batch sizes
+    in another order than a score (and, against a threshold, from the peak down), so a range whose
+    best design exactly ties `score` can come out a few ulps below it."""
+    return score - abs(score) * BOUND_SLACK
+
+
+def split_ranges(pair: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 target: int = ROUND_RANGES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each range [lo, hi] cut in m near-equal parts, m = max(2, target // ranges) (at most its
+    length): a round costs about the same from one range to a few hundred (numpy's per-call
+    overhead), so when few ranges are left each is cut finer and the search takes fewer rounds
+    (the last pair's TRs: 12 halvings of 4096 become 2 rounds)."""
+    n = hi - lo + 1
+    m = np.minimum(n, max(2, target // max(1, pair.size)))
+    part = np.repeat(np.arange(pair.size), m)
+    j = np.arange(part.size) - np.repeat(np.cumsum(m) - m, m)     # index of each part in its range
+    mm, nn = m[part], n[part]
+    start = lo[part] + (j * nn) // mm
+    stop = lo[part] + ((j + 1) * nn) // mm - 1
+    return pair[part], start, stop
+
+
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
                      progress: ProgressFn | None = None, floor: float = -np.inf,
                      ties: bool = False) -> SearchOutcome:
@@ -385,7 +410,7 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     Each round scores every live range [lo, hi] at hi and bounds it from above (Scorer.score_bound),
     all at once; a range is dropped when its bound is below the best score found, or equal to it
     and every design in it loses the tie (best score, then smaller TP, TC, TR); the others lose
-    their scored hi and are halved. A range of one TR is scored exactly, so the search ends with
+    their scored hi and are cut in parts (`split_ranges`). A range of one TR is scored exactly, so the search ends with
     the optimum. Ranges start as the whole [1, tr_max]: the bound there is the body at the
     largest TR (the old search's score) plus the edges at TR = 1, which already drops most pairs.
 
@@ -425,16 +450,12 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
         i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
         best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
         if above(best):
-            live = (bound > best) | ((bound == best) & _before(TP[pair], TC[pair], lo, key))
+            live = (bound > best) | ((bound >= reach(best)) & _before(TP[pair], TC[pair], lo, key))
         else:
-            live = above(bound)
+            live = (bound >= reach(floor)) if ties else (bound > floor)
         pair, lo, hi = pair[live], lo[live], hi[live] - 1
         left = hi >= lo
-        pair, lo, hi = pair[left], lo[left], hi[left]
-        mid = (lo + hi) // 2
-        right = mid < hi
-        pair, lo, hi = (np.concatenate([pair, pair[right]]), np.concatenate([lo, mid[right] + 1]),
-                        np.concatenate([mid, hi[right]]))
+        pair, lo, hi = split_ranges(pair[left], lo[left], hi[left])
         if progress:
             progress(n_total - int((hi - lo + 1).sum()), n_total)
     return SearchOutcome(key[2], key[0], key[1], float(best), pair_score, pair_tr, n_scored)
@@ -477,48 +498,43 @@ def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list
 
 
 @dataclass
-class GroupOutcome:
-    """The best design one group of spaces holds (None: none beat -inf), and the designs it scored."""
+class SpaceOutcome:
+    """The best design one space holds at or above the search's floor (None: none), and the
+    designs it scored."""
 
     found: SearchOutcome | None
-    space: Space | None
+    space: Space
     n_scored: int
 
 
-def search_group(spaces: Sequence[Space], shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
+def space_scorer(sp: Space, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions, board: Board,
+                 clock: float, macs: float) -> Scorer:
+    """The scorer of one space's designs (its PE kind, port count and bank count)."""
+    return Scorer(shapes, counts, options.resolved(sp.stackable), board.bus(clock, sp.ports), clock, macs, sp.banks)
+
+
+def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
+    """(best score, designs scored) of the SEED_PAIRS largest arrays of the first space at their
+    largest TR: a score some design reaches, which every space is then searched against."""
+    peak = scorer.peak_bound(sp.TP, sp.TC)
+    seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS]
+    score = scorer.score_bound(sp.tr_max[seed], sp.tr_max[seed], sp.TP[seed], sp.TC[seed])[0]
+    return float(score.max()), int(seed.size)
+
+
+def search_space(sp: Space, floor: float, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
                  board: Board, clock: float, macs: float,
-                 progress: Callable[[int], None] | None = None) -> GroupOutcome:
-    """Branch and bound over `spaces` in order, each against the best score of the ones before it
-    (one earlier in the tie order also keeps designs that equal it). `progress(done)`: designs settled."""
-    found: SearchOutcome | None = None
-    found_in: Space | None = None
-    n_scored, done = 0, 0
-    for sp in spaces:
-        if sp.tr_max.size == 0:
-            continue
-        scorer = Scorer(shapes, counts, options.resolved(sp.stackable), board.bus(clock, sp.ports), clock, macs,
-                        sp.banks)
-        step = (lambda d, _t, base=done: progress(base + d)) if progress else None
-        ties = found_in is not None and sp.tie_key < found_in.tie_key
-        out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=found.score if found else -np.inf,
-                               ties=ties)
-        done += int(sp.tr_max.sum())
-        n_scored += out.n_scored
-        if found is None or out.score > found.score or (ties and out.score == found.score):
-            found, found_in = out, sp
-    return GroupOutcome(found, found_in, n_scored)
+                 progress: Callable[[int], None] | None = None) -> SpaceOutcome:
+    """Branch and bound over one space, keeping the designs that reach `floor` (ties included: the
+    tie order between spaces is settled when their outcomes meet). `progress(done)`: designs settled."""
+    scorer = space_scorer(sp, shapes, counts, options, board, clock, macs)
+    step = (lambda d, _t: progress(d)) if progress else None
+    out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=floor, ties=True)
+    return SpaceOutcome(out if out.score >= floor else None, sp, out.n_scored)
 
 
-def space_groups(spaces: list[Space]) -> list[list[Space]]:
-    """The spaces cut in two groups searched independently: the most ports (the full bandwidth,
-    usually the best) and the rest (a near tie at fewer ports is the other costly search). The cut
-    depends on the spaces only, so the outcome is the same whether the groups run in parallel or not."""
-    top = max((sp.ports for sp in spaces), default=0)
-    return [g for g in ([sp for sp in spaces if sp.ports == top], [sp for sp in spaces if sp.ports != top]) if g]
-
-
-def _fork_pool():
-    """A one-worker process pool sharing this process's imports, or None where none can start
+def _fork_pool(workers: int):
+    """A process pool of `workers` sharing this process's imports, or None where it cannot help
     (no fork, one core, a daemonic process such as a pool worker)."""
     import multiprocessing
     import os
@@ -528,39 +544,49 @@ def _fork_pool():
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+    return ProcessPoolExecutor(min(workers, cores), mp_context=multiprocessing.get_context("fork"))
 
 
 def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
             progress: ProgressFn | None = None) -> DSEResult:
     """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P, bank count NB
     and PE kind, scored or bounded) and return the best design with its tables. `progress(done,
-    total)`: designs settled of all that fit. The spaces are searched in two groups
-    (`space_groups`), the second in a child process when the search is large and a second core
-    is free; the best of the two wins, ties to the earlier space in the tie order."""
+    total)`: designs settled of all that fit.
+
+    Every space is searched against one floor, the best seed design of the first space
+    (`seed_floor`), so the spaces are independent: where the search is large and cores are free
+    they run in forked workers, each taking the next space as it finishes one, and the outcome
+    (pick, runners-up, designs scored) is the same as one after the other. The best wins, ties
+    to the space earlier in the tie order."""
     options.validate(board)
     t0 = time.perf_counter()
     clock = options.clock_mhz or board.clock_mhz
-    spaces = design_spaces(workload, board, options)
+    spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
     n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
     if n_total == 0:
         raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
-    groups = space_groups(spaces)
     args = (shapes, counts, options, board, clock, float(workload.total_macs))
-    step = (lambda d: progress(d, n_total)) if progress else None
-    pool = _fork_pool() if len(groups) > 1 and n_total >= PARALLEL_DESIGNS else None
+    floor, n_seed = seed_floor(spaces[0], space_scorer(spaces[0], *args))
+    pool = _fork_pool(len(spaces)) if len(spaces) > 1 and n_total >= PARALLEL_DESIGNS else None
     if pool is None:
         outcomes, base = [], 0
-        for g in groups:
-            outcomes.append(search_group(g, *args, (lambda d, b=base: step(b + d)) if step else None))
-            base += sum(int(sp.tr_max.sum()) for sp in g)
+        for sp in spaces:
+            step = (lambda d, b=base: progress(b + d, n_total)) if progress else None
+            outcomes.append(search_space(sp, floor, *args, step))
+            base += int(sp.tr_max.sum())
     else:
+        from concurrent.futures import as_completed
+
         with pool:
-            rest = pool.submit(search_group, groups[1], *args)
-            first = search_group(groups[0], *args, step)
-            outcomes = [first, rest.result()]
+            futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in spaces}
+            done = 0
+            for fut in as_completed(futures):
+                done += futures[fut]
+                if progress:
+                    progress(done, n_total)
+            outcomes = [fut.result() for fut in futures]
     if progress:
         progress(n_total, n_total)
     # the best score; a tie goes to the space earlier in the tie order (fewer ports, banks, plain PEs)
@@ -570,7 +596,7 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     assert found is not None and sp is not None
     result = _finish(workload, board, options.resolved(sp.stackable), clock, found.TR, found.TP, found.TC, found.score,
                      n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)
-    result.n_scored = sum(o.n_scored for o in outcomes)
+    result.n_scored = n_seed + sum(o.n_scored for o in outcomes)
     # the other pairs the search scored exactly (those dropped on their bound have no score)
     others = [j for j in np.lexsort((found.pair_tr, sp.TC, sp.TP, -found.pair_score))
               if np.isfinite(found.pair_score[j]) and (sp.TP[j], sp.TC[j]) != (found.TP, found.TC)][:5]

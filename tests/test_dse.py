@@ -243,19 +243,18 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
 
 
 def test_parallel_search_picks_what_the_serial_one_picks(make_board, tiny_workload, monkeypatch):
-    """The spaces' two groups (most ports / the rest) run in a forked child where the search is large;
-    the cut depends on the spaces only, so the pick, its runners-up and the scored count are the same
-    whether the groups run side by side or one after the other (both PE kinds searched in each)."""
+    """Every space is searched against the first space's seed floor, so the spaces are independent:
+    the pick, its runners-up and the scored count are the same whether forked workers take them
+    as they come or one process searches them in order (both PE kinds and port counts searched)."""
     from fluidnpu.dse import search
 
     board = make_board(dsp=24, bram36=24, hp_ports=2)
-    groups = search.space_groups(search.design_spaces(tiny_workload, board, DSEOptions(bmax=4)))
-    assert [{sp.ports for sp in g} for g in groups] == [{2}, {1}]
-    assert {sp.stackable for g in groups for sp in g} == {False, True}
+    spaces = search.design_spaces(tiny_workload, board, DSEOptions(bmax=4))
+    assert {(sp.ports, sp.stackable) for sp in spaces} == {(1, False), (1, True), (2, False), (2, True)}
     monkeypatch.setattr(search, "PARALLEL_DESIGNS", 10**18)
     serial = explore(tiny_workload, board, DSEOptions(bmax=4))
     monkeypatch.setattr(search, "PARALLEL_DESIGNS", 0)
-    pool = search._fork_pool()
+    pool = search._fork_pool(2)
     assert pool is not None, "this machine has no second core or no fork: the test cannot run both paths"
     pool.shutdown()
     both = explore(tiny_workload, board, DSEOptions(bmax=4))
