@@ -357,29 +357,32 @@ def leave_one_out(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
     return out
 
 
-def dse_picks(path: Path) -> list[tuple[str, Config, int, int]]:
-    """The DSE's Fluid + Stackable picks with exits (docs/figures/dse_designs.json, Bmax = 8) with their
-    bank count NB and AXI port count P: what the model says at the sizes the DSE chooses, far outside
-    the synthesized range."""
+PICK_SCHEME = "FluidB pick (PEs searched)"   # benchmarks/dse_report.py's name for the DSE's own picks
+
+
+def dse_picks(path: Path) -> list[tuple[str, Config, int, int, bool]]:
+    """The DSE's picks with exits (docs/figures/dse_designs.json, Bmax = 8, the PE kind searched) with
+    their bank count NB, AXI port count P and PE kind: what the model says at the sizes the DSE
+    chooses, far outside the synthesized range."""
     from fluidnpu.zoo import zoo_model
 
     if not path.exists():
         return []
     picks = []
     for d in json.loads(path.read_text()):
-        if d["scheme"] == "Fluid + Stackable PEs" and d["workload"] == "with exits":
+        if d["scheme"] == PICK_SCHEME and d["workload"] == "with exits":
             layers = len(zoo_model(d["model"]).layers())
             fam = "xcup" if d["board"] == "zcu104" else "xc7"
             picks.append((f"{d['model']} {d['board']}", Config(d["TR"], d["TP"], d["TC"], 8, layers, fam),
-                          int(d["NB"]), int(d["ports"])))
+                          int(d["NB"]), int(d["ports"]), bool(d["stackable"])))
     return picks
 
 
-def pick_one(cfg: Config, banks: int, ports: int) -> dict[str, Any]:
-    """The DSE's own figures for a pick at its NB and P (`design_resources`), with the engine's share."""
+def pick_one(cfg: Config, banks: int, ports: int, stackable: bool) -> dict[str, Any]:
+    """The DSE's own figures for a pick at its NB, P and PE kind (`design_resources`), with the engine's share."""
     board = load_board(cfg.board)
-    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, True, banks=banks, ports=ports)
-    eng = dict(zip(("lut", "ff"), map(float, engine_logic(cfg.TP, cfg.TC, banks, True))))
+    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable, banks=banks, ports=ports)
+    eng = dict(zip(("lut", "ff"), map(float, engine_logic(cfg.TP, cfg.TC, cfg.bmax, stackable, banks=banks))))
     return {"lut": res.lut, "ff": res.ff, "bram36": res.bram36, "uram": res.uram, "parts": {"engine": eng},
             "rtl_org_bram36": res.bram36, "rtl_org_uram": res.uram}
 
@@ -572,9 +575,9 @@ def main() -> None:
                                              "max_abs_rel": float(np.max(np.abs(e))), "mean_rel": float(np.mean(e)),
                                              "n": len(e)}
     picks = []
-    for what, c, nb, ports in dse_picks(Path("docs/figures/dse_designs.json")):
-        board, mo = load_board(c.board), pick_one(c, nb, ports)
-        picks.append({"design": what, "config": f"{c.label} NB {nb} P {ports}", "lut": mo["lut"], "ff": mo["ff"],
+    for what, c, nb, ports, st in dse_picks(Path("docs/figures/dse_designs.json")):
+        board, mo = load_board(c.board), pick_one(c, nb, ports, st)
+        picks.append({"design": what, "config": f"{c.label} NB {nb} P {ports} {'Stackable' if st else 'plain'}", "lut": mo["lut"], "ff": mo["ff"],
                       "lut_util": mo["lut"] / board.lut, "ff_util": mo["ff"] / board.ff,
                       "parts": mo["parts"], "bram36": mo["bram36"], "uram": mo["uram"],
                       "rtl_org_bram36": mo["rtl_org_bram36"], "rtl_org_uram": mo["rtl_org_uram"]})

@@ -195,15 +195,16 @@ def memory_use(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bma
 
 
 def memory_placement(TR: int, TP: int, TC: int, board: Board, bmax: int, *,
-                     banks: int | None = None) -> dict[str, str]:
-    """Where one design's buffers go, {memory: "bram" | "uram"}, as memory_use priced them ({} when no
-    placement fits). The bundle carries it and the RTL marks each memory with it (`ram_style`), so
-    Vivado and Yosys build the placement the DSE counted rather than choosing their own."""
-    _, _, choice, choices = _placements(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
+                     banks: int | None = None) -> tuple[float, float, dict[str, str]]:
+    """(bram36, uram, where each buffer goes {memory: "bram" | "uram"}) of one design, as memory_use
+    prices it ({} and inf when no placement fits). The bundle carries the placement and the RTL marks
+    each memory with it (`ram_style`), so Vivado and Yosys build the placement the DSE counted rather
+    than choosing their own."""
+    bram, uram, choice, choices = _placements(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
     if int(choice) < 0:
-        return {}
-    names = [name for name, *_ in memories(np.array(TR), np.array(TP), np.array(TC), bmax, banks=banks)]
-    return {name: "uram" if in_uram else "bram" for name, in_uram in zip(names, choices[int(choice)])}
+        return float(bram), float(uram), {}
+    return float(bram), float(uram), {name: "uram" if in_uram else "bram"
+                                      for name, in_uram in zip(BUFFERS, choices[int(choice)])}
 
 
 def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
@@ -307,13 +308,12 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
                      banks: int | None = None, ports: int | None = None) -> Resources:
     """Resources of one design (scalar convenience around the vector model); `ports`: its AXI
     masters (None: the board's, `Board.npu_axi_ports`)."""
-    bram, uram, _ = memory_use(np.array(TR), np.array(TP), np.array(TC), board, bmax, banks=banks)
+    bram, uram, placement = memory_placement(TR, TP, TC, board, bmax, banks=banks)
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable,
                         axi_ports=ports or board.npu_axi_ports, banks=banks,
                         port_bits=board.hp_width_bits)
-    return Resources(dsp=int(TP * TC), bram36=float(bram), uram=float(uram), lut=int(lut), ff=int(ff),
-                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax),
-                     placement=memory_placement(TR, TP, TC, board, bmax, banks=banks))
+    return Resources(dsp=int(TP * TC), bram36=bram, uram=uram, lut=int(lut), ff=int(ff),
+                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax), placement=placement)
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,

@@ -300,4 +300,4 @@ def test_memory_placement_is_what_memory_use_priced():
                    if res.placement[name] == "uram")
         assert (float(bram), float(uram)) == (res.bram36, res.uram)
         assert ("uram" in res.placement.values()) == (board.uram > 0)
-    assert memory_placement(10 ** 6, 64, 64, load_board("zc706"), 8, banks=2) == {}
+    assert memory_placement(10 ** 6, 64, 64, load_board("zc706"), 8, banks=2)[2] == {}
