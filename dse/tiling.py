@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, bias_chunk, layer_costs, mode_dims
+from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, TileCosts, bias_chunk, layer_costs, mode_dims
 from fluidnpu.hw.regmap import ROW_BITS
 
 
@@ -137,11 +137,27 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
                         Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, sched.R, inside,
                         bias_chunk(sched.TP, sched.TC))
+    tiles: dict[tuple[int, int], TileCosts] = {}
+    blocks: dict[tuple[int, int, int, float], float] = {}
+
+    def tile_of(blk: Block) -> TileCosts:
+        # a schedule repeats a few (width, groups) tiles and (rows, tile, pad) blocks many times over
+        key = (blk.c1 - blk.c0, blk.pass_groups)
+        if key not in tiles:
+            tiles[key] = costs.tile(*key)
+        return tiles[key]
+
+    def block_of(blk: Block, pad: float) -> float:
+        key = (blk.rows, blk.c1 - blk.c0, blk.pass_groups, pad)
+        if key not in blocks:
+            blocks[key] = float(costs.block(blk.rows, tile_of(blk), blk.pass_groups, pad=pad))
+        return blocks[key]
+
     total = 0.0
     prev = None
     pad = 0.0
     for blk in sched.blocks:
-        tile = costs.tile(blk.c1 - blk.c0, blk.pass_groups)
+        tile = tile_of(blk)
         new_tile = prev is None or blk.c0 != prev.c0
         new_pass = blk.slices[0].row0 == 0                      # a pass starts at its groups' row 0
         if new_tile:
@@ -154,13 +170,12 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
             pad = _pass_padding(sched, blk)
         # every group of the pass streams the block's rows (a short group's are padding: zero-fill
         # reads and no write-back, priced evenly over the pass's blocks as the closed form does)
-        total += float(costs.block(blk.rows, tile, blk.pass_groups, pad=pad))
+        total += block_of(blk, pad)
         prev = blk
     first, last = sched.blocks[0], sched.blocks[-1]
-    total += float(costs.prologue(first.rows, costs.tile(first.c1 - first.c0, first.pass_groups),
-                                  first.pass_groups))
-    last_tile = costs.tile(last.c1 - last.c0, last.pass_groups)
-    last_block = float(costs.block(last.rows, last_tile, last.pass_groups, pad=pad))
+    total += float(costs.prologue(first.rows, tile_of(first), first.pass_groups))
+    last_tile = tile_of(last)
+    last_block = block_of(last, pad)
     total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p), pad=pad))
     total += planning_cycles(sched) + 3 * float(costs.bus.cycles(16, 1, 16))
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
