@@ -386,13 +386,13 @@ def reach(score: float) -> float:
 
 
 def split_ranges(pair: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 target: int = ROUND_RANGES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 target: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each range [lo, hi] cut in m near-equal parts, m = max(2, target // ranges) (at most its
-    length): a round costs about the same from one range to a few hundred (numpy's per-call
-    overhead), so when few ranges are left each is cut finer and the search takes fewer rounds
-    (the last pair's TRs: 12 halvings of 4096 become 2 rounds)."""
+    length; target: ROUND_RANGES): a round costs about the same from one range to a few dozen
+    (numpy's per-call overhead), so when few ranges are left each is cut finer and the search
+    takes fewer rounds (the last pair's TRs: 12 halvings of 4096 become 2 rounds)."""
     n = hi - lo + 1
-    m = np.minimum(n, max(2, target // max(1, pair.size)))
+    m = np.minimum(n, max(2, (target or ROUND_RANGES) // max(1, pair.size)))
     part = np.repeat(np.arange(pair.size), m)
     j = np.arange(part.size) - np.repeat(np.cumsum(m) - m, m)     # index of each part in its range
     mm, nn = m[part], n[part]

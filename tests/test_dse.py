@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from fluidnpu.dse.perf_model import layer_inside
 from fluidnpu.dse.resource_model import feasible_designs, max_tr
@@ -263,3 +265,45 @@ def test_parallel_search_picks_what_the_serial_one_picks(make_board, tiny_worklo
     assert serial.score == both.score and serial.runners_up == both.runners_up
     assert serial.n_scored == both.n_scored and serial.n_designs == both.n_designs
     assert all(np.isfinite(r["score"]) and r["score"] <= serial.score for r in serial.runners_up)
+
+
+@given(hs.lists(hs.tuples(hs.integers(1, 5000), hs.integers(0, 300)), min_size=1, max_size=40),
+       hs.integers(1, 512))
+def test_split_ranges_partitions_every_range(ranges, target):
+    """Cutting ranges finer when few are left must still cover each range's TRs exactly once, in
+    order, with at least two parts where the range has two TRs (else a round could repeat itself)."""
+    from fluidnpu.dse.search import split_ranges
+
+    lo = np.array([a for a, _ in ranges], dtype=np.int64)
+    hi = lo + np.array([n for _, n in ranges], dtype=np.int64)
+    pair = np.arange(lo.size)
+    p, a, b = split_ranges(pair, lo, hi, target)
+    assert (a <= b).all()
+    for i in range(lo.size):
+        mine = p == i
+        got = np.concatenate([np.arange(x, y + 1) for x, y in zip(a[mine], b[mine])])
+        assert np.array_equal(got, np.arange(lo[i], hi[i] + 1))
+        assert mine.sum() == min(hi[i] - lo[i] + 1, max(2, target // lo.size))
+
+
+def test_exact_ties_keep_the_smallest_tr_however_ranges_are_cut(monkeypatch):
+    """Inception-v3 on ZC706, Stackable PEs, 3 ports, NB 2, the pair <18, 50>: TR 5086..5094 score
+    exactly alike. A range holding that tie must not be dropped because its bound, which adds the
+    batch sizes in another order than the score, comes out a few ulps below it: with bounds compared
+    exactly, ranges cut in 16 or 64 parts a round returned TR 5089 and 5088."""
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse import search
+    from fluidnpu.zoo import zoo_model
+
+    workload, board = zoo_model("inceptionv3"), load_board("zc706")
+    reps, counts = search.unique_layers(workload.layers())
+    sp = search.Space(3, 2, True, np.array([18]), np.array([50]), np.array([5120]))
+    scorer = search.space_scorer(sp, search.LayerShapes.of(reps), counts, DSEOptions(bmax=8), board,
+                                 board.clock_mhz, float(workload.total_macs))
+    TR = np.arange(5085, 5095)
+    score = scorer.score_bound(TR, TR, np.full(TR.size, 18), np.full(TR.size, 50))[0]
+    assert score[0] < score[1] and (score[1:] == score[1]).all()
+    for target in (1, 16, 64):
+        monkeypatch.setattr(search, "ROUND_RANGES", target)
+        out = search.branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max)
+        assert (out.TR, out.score) == (5086, score[1])
