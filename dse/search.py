@@ -580,13 +580,16 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
         from concurrent.futures import as_completed
 
         with pool:
-            futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in spaces}
+            # Stackable spaces at the most ports first: the near ties, the longest searches, start
+            # early and the short ones fill in behind them
+            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, -sp.ports, sp.banks))
+            futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in heavy_first}
             done = 0
             for fut in as_completed(futures):
                 done += futures[fut]
                 if progress:
                     progress(done, n_total)
-            outcomes = [fut.result() for fut in futures]
+            outcomes = [fut.result() for fut in futures]   # the pick does not depend on their order
     if progress:
         progress(n_total, n_total)
     # the best score; a tie goes to the space earlier in the tie order (fewer ports, banks, plain PEs)
