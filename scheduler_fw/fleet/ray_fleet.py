@@ -47,6 +47,9 @@ class SessionMoved(FluidError):
     """A request reached a device its session was just re-planned off: route it again (not a failure)."""
 
 
+REROUTES = 4   # times one request may meet a device its session was re-planned off before it is refused
+
+
 def require_ray() -> Any:
     try:
         import ray
@@ -486,21 +489,24 @@ class Fleet:
                 log.answers.append((session, t, None))
                 continue
             refs.append((session, t, self.actors[node].infer.remote(session, t0 + t), node))   # latency from arrival
-        pending = deque((*ref, False) for ref in refs)     # the last field: retried once already
+        pending = deque((*ref, 0) for ref in refs)     # the last field: times re-sent already
         while pending:
-            session, t, ref, device, again = pending.popleft()
+            session, t, ref, device, tries = pending.popleft()
             try:
                 r = self.ray.get(ref)
             except self.ray.exceptions.RayError as exc:
-                # its device died after the last health check: re-plan and retry it on a live node. Any other
-                # failure (a worker lost under load, a request that met its device mid re-plan) is retried
+                # its device died after the last health check: re-plan and retry it on a live node. A device
+                # its session was re-planned off (SessionMoved, not a failure) sends it on to the current
+                # plan's node, up to REROUTES times. Any other failure (a worker lost under load) is retried
                 # once on a live node of the current plan, then refused.
                 died = isinstance(exc, self.ray.exceptions.RayActorError)
+                moved = isinstance(exc, SessionMoved)
                 if died and self.mark_dead(device):
                     self.step(time.monotonic() - t0, [device])
                 node = self.route(session, rng)
-                if (died or not again) and node is not None and node not in self.dead:
-                    pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node, True))
+                again = died or (moved and tries < REROUTES) or tries == 0
+                if again and node is not None and node not in self.dead:
+                    pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node, tries + 1))
                     log.retried[session] = log.retried.get(session, 0) + 1
                     continue
                 rejected[session] += 1
