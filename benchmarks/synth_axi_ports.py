@@ -97,12 +97,12 @@ def main() -> None:
     points = measure(Path(args.build), args.reuse)
     costs = fit(points)
     current = {**{k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS}, **{k: asdict(DEFAULT_WIDE_PORTS)[k] for k in WIDE_FIELDS}}
+    # the model as the DSE prices it (dma_logic), with this fit's constants
+    logic = LogicCosts(**{**asdict(DEFAULT_LOGIC), **{k: costs[k] for k in FIELDS}})
+    wide = WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS})
     rows = []
     for (nmax, ports, dw), p in points.items():
-        # the model as the DSE prices it (dma_logic), with this fit's constants
-        logic = LogicCosts(**{**asdict(DEFAULT_LOGIC), **{k: costs[k] for k in FIELDS}})
-        lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic, dw,
-                                               WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS})))
+        lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic, dw, wide))
         rows.append({"nmax": nmax, "ports": ports, "data_width": dw, **p, "lut_model": lut,
                      "lut_err": lut / p["lut"] - 1, "ff_model": ff})
     doc = {"points": rows, "fit": costs, "model_up_to_date": costs == current, "tag_width": TAG_WIDTH}

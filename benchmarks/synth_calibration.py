@@ -168,20 +168,11 @@ def synth_one(cfg: Config, root: Path, reuse: bool) -> dict[str, Any]:
 def synth_control(params: Any, family: str, wd: Path) -> dict[str, Any]:
     """The NPU's control units, each synthesized alone as the top level builds it (hw/npu.py), as one
     report: top "control", modules npu.seq / npu.dma / npu.regs, totals summed."""
-    from fluidnpu.hw.dma import AxiDma
-    from fluidnpu.hw.registers import NpuRegisters
-    from fluidnpu.hw.regmap import nmax
-    from fluidnpu.hw.sequencer import Sequencer
+    from fluidnpu.hw.npu import control_units
     from fluidnpu.hw.synth import synthesize
 
-    p = params
-    seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=p.banks, bmax=p.bmax, layers=p.layers, nmax=nmax(p.TP, p.TC),
-                    stackable=p.stackable)
-    units = {"seq": seq, "regs": NpuRegisters(p),
-             "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=nmax(p.TP, p.TC), tag_width=seq.tag.size,
-                           ports=p.axi_ports)}
     reps = {name: synthesize(unit, name, family=family, workdir=wd / name, timeout=SYNTH_TIMEOUT_S).to_dict()
-            for name, unit in units.items()}
+            for name, unit in control_units(params).items()}
     counts = [r["total"] for r in reps.values()]
     cells: dict[str, int] = {}
     for r in reps.values():

@@ -26,6 +26,17 @@ from fluidnpu.hw.regmap import NpuParams, nmax
 from fluidnpu.hw.sequencer import Sequencer
 
 
+def control_units(p: NpuParams) -> dict[str, Any]:
+    """The NPU's control units as its top level builds them: the register block `regs`, the Sequencer
+    `seq` and the AxiDma `dma` (whose tags are the Sequencer's). One constructor, so that the resource
+    calibration's units alone (benchmarks/synth_calibration.py) are the ones the NPU holds."""
+    NMAX = nmax(p.TP, p.TC)
+    seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=p.banks, bmax=p.bmax, layers=p.layers, nmax=NMAX,
+                    stackable=p.stackable)
+    return {"seq": seq, "regs": NpuRegisters(p),
+            "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX, tag_width=seq.tag.size, ports=p.axi_ports)}
+
+
 class Npu(wiring.Component):
     """The fluidnpu NPU (see docs/hw-architecture.md for the block diagram)."""
 
@@ -41,11 +52,10 @@ class Npu(wiring.Component):
         m = Module()
         p = self.params
         NB, NMAX = p.banks, nmax(p.TP, p.TC)
-        m.submodules.regs = regs = NpuRegisters(p)
-        seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, bmax=p.bmax, layers=p.layers, nmax=NMAX,
-                        stackable=p.stackable)
-        m.submodules.dma = dma = AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX,
-                                        tag_width=seq.tag.size, ports=p.axi_ports)
+        units = control_units(p)
+        m.submodules.regs = regs = units["regs"]
+        seq = units["seq"]
+        m.submodules.dma = dma = units["dma"]
         core = EngineCore(TR=p.TR, TP=p.TP, TC=p.TC, NB=NB, nmax=NMAX, stackable=p.stackable,
                           placement=dict(p.placement))
         # SOFT_RESET aborts a run: the control unit and the core are held in reset while
