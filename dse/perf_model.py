@@ -34,7 +34,7 @@ from typing import Union
 
 import numpy as np
 
-from fluidnpu.hw.regmap import K_CODES, ROW_BITS, k_dims, nmax
+from fluidnpu.hw.regmap import K_CODES, ROW_BITS, KCode, k_dims, mode_depth, nmax
 
 ArrayLike = Union[int, float, np.ndarray]
 
@@ -44,7 +44,8 @@ ArrayLike = Union[int, float, np.ndarray]
 class EngineTiming:
     """Fixed costs of the engine, in cycles, calibrated against the RTL (docs/rtl-agreement.md).
 
-    fill_base + ceil(log2 TPk): a row's trip from issue to the staging buffer
+    fill_base + the adder pipeline (`mac_tree.mode_depth`: the DSP cascades and the
+    tree over their outputs): a row's trip from issue to the staging buffer
     plus the writer's set-up, paid once per layer (blocks stream back to back
     through the pipeline); step_overhead: fetcher cycles per weight step
     beyond its reads (0: the fetcher chains steps); dma_latency: a read
@@ -209,6 +210,7 @@ class LayerCosts:
     in_beats: ArrayLike = 0.0    # beats (and zero-fill responses) of one input row over all steps
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
     skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
+    depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`mac_tree.mode_depth`)
 
     @property
     def zero_row(self) -> np.ndarray:
@@ -384,7 +386,7 @@ class LayerCosts:
         """After the last row: the pipeline empties and the last block is written out.
         `step`: the last block's step time, of which only its t rows of compute follow
         the last step's data (the model's body counts whole steps); `pad` as in `block`."""
-        fill = self.timing.fill_base + np.ceil(np.log2(self.TPk))
+        fill = self.timing.fill_base + np.asarray(self.depth)
         t = np.asarray(t)
         return fill + t * (groups - np.asarray(pad)) * tile.out_row - np.maximum(np.asarray(step) - t, 0)
 
@@ -418,7 +420,7 @@ def bias_chunk(TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
 
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
                 timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0,
-                chunk: ArrayLike = 8) -> LayerCosts:
+                chunk: ArrayLike = 8, depth: ArrayLike | None = None) -> LayerCosts:
     """Step count and input-row read cost of a layer whose P = taps * cin.
 
     A weight step reads TPk consecutive values of each im2col row; they are
@@ -429,7 +431,8 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     the samples' 64-byte aligned tensors, so runs start at multiples of TPk.
     `inside`: the fraction of (row, tap) runs inside the input (`im2col_inside`);
     a run in the padding is a zero-fill command, one response and no beat.
-    `chunk`: int32 biases a read moves (`bias_chunk` of the engine).
+    `chunk`: int32 biases a read moves (`bias_chunk` of the engine). `depth`: the engine's adder
+    pipeline in the layer's mode (`mac_tree.mode_depth`; None: a k = 1 engine of TP = TPk).
     """
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
@@ -442,8 +445,9 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
     in_beats = inside * bus.beats(P, runs, align) + (1 - inside) * runs
+    depth = mode_depth(TPk, KCode.K1) if depth is None else depth
     return LayerCosts(n_p, TPk, bus.stream(in_beats, runs), P, np.asarray(C), bus, timing,
-                      bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs)
+                      bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth))
 
 
 def layer_inside(layer) -> float:
@@ -527,7 +531,8 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
     exists = (TPk >= 1) & (TCk >= 1)
     TPk, TCk = np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C = (np.asarray(x, dtype=np.int64) for x in (R, P, C))
-    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside, bias_chunk(TP, TC))
+    costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside, bias_chunk(TP, TC),
+                        np.where(exists, mode_depth(np.maximum(np.asarray(TP), 1), k_code), 0))
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")

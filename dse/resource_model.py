@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.hw.regmap import BUFFERS, fbcb_entry_bits, input_banks, nmax
+from fluidnpu.hw.regmap import BUFFERS, chain_count, fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -78,13 +78,17 @@ class LogicCosts:
     ff_per_axi_port_word: float = 48.2
     lut_per_merge_word: float = 17.0     # the N:1 response multiplexer (<= 4:1 is one LUT6 a bit), N > 1
     # engine
-    lut_core_base: float = 512.0
-    ff_core_base: float = 237.0
-    lut_per_pe: float = 648.0            # accumulate adders, requantise/saturate/ReLU, bias selection
-    ff_per_pe: float = 344.0             # bias registers, accumulate and post-processing registers
-    lut_per_mac: float = 39.2            # adder-tree adder, weight-register write enables
-    ff_per_mac: float = 57.1             # double-buffered weight registers, tree pipeline registers
-    lut_per_mux_input_bit: float = 0.909 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_core_base: float = 58.9
+    ff_core_base: float = 655.0
+    lut_per_pe: float = 748.0            # accumulate adders, requantise/saturate/ReLU, bias selection
+    ff_per_pe: float = 350.0             # bias registers, accumulate and post-processing registers
+    lut_per_mac: float = 26.1            # weight-register write enables and buffer select
+    ff_per_mac: float = 34.9             # double-buffered weight registers, operand registers
+    lut_per_tree_adder: float = 32.0     # a fabric adder of a PE's tree over its DSP chains (chains - 1)
+    ff_per_tree_adder: float = 32.0      # its pipeline register and the shorter chains' alignment
+    lut_per_mux_input_bit: float = 0.567 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
+    lut_per_bank_word: float = 27.9       # per 16-bit word of each bank's row: its lo/hi memory select
+    ff_per_skew_bit: float = 1.0         # one register per bit and cycle of the chains' operand skew
     lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
     ff_per_stack_pair: float = 202.0
 
@@ -248,16 +252,31 @@ def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
     return lut, ff
 
 
+def skew_bits(TP: np.ndarray, TC: np.ndarray, banks: int, stackable: bool) -> np.ndarray:
+    """Register bits of the DSP chains' operand skew (hw/engine_core.py, stage 1 + r): each bank's
+    row words delayed by their lanes' chain positions (`regmap.skew_words`), once for the lower
+    lanes and, with Stackable PEs, once for the k = 2 upper lanes; each PE's bank select delayed
+    up to the longest chain (its k = 1/2 upper half's too, with Stackable PEs)."""
+    copies = 2 if stackable else 1
+    return copies * (WORD_BITS * banks * skew_words(TP)
+                     + TC * max(int(banks).bit_length() - 1, 1) * (longest_chain(TP) - 1))
+
+
 def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
                  costs: LogicCosts = DEFAULT_LOGIC, *, banks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the engine (hw/engine_core.py) outside its buffer memories. `banks`: NB, the
     input banks (None: the most Bmax uses); the operand multiplexers grow with it, so static R /
-    FC-only designs (2 banks) and fluid designs the DSE builds with fewer banks cost less."""
+    FC-only designs (2 banks) and fluid designs the DSE builds with fewer banks cost less. A PE's
+    lanes are summed in DSP cascades (`regmap.chains`) whose adders cost no LUTs; only the tree
+    over each PE's chain outputs is fabric."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nb = banks or input_banks(bmax)
+    adders = TC * (chain_count(TP) - 1)
     lut = (costs.lut_core_base + costs.lut_per_pe * TC + costs.lut_per_mac * TP * TC
-           + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb)
-    ff = costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
+           + costs.lut_per_tree_adder * adders + costs.lut_per_mux_input_bit * WORD_BITS * TP * TC * nb
+           + costs.lut_per_bank_word * nb * TP)
+    ff = (costs.ff_core_base + costs.ff_per_pe * TC + costs.ff_per_mac * TP * TC
+          + costs.ff_per_tree_adder * adders + costs.ff_per_skew_bit * skew_bits(TP, TC, nb, stackable))
     if not stackable:
         # the fitted terms include the Stackable-PE logic (every sweep engine has it); a plain-PE
         # engine (k = 1 only) lacks the k=2 upper lanes' and the k=1/2 upper halves' bank selects

@@ -15,7 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, TileCosts, bias_chunk, layer_costs, mode_dims
-from fluidnpu.hw.regmap import ROW_BITS
+from fluidnpu.hw.regmap import ROW_BITS, mode_depth
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,7 @@ class LayerSchedule:
     b: int = 1
     BR: int = 1
     TP: int = 0                 # (with TC: the bias chunk a read moves)
+    k_code: int = 1             # the Stackable-PE mode (with TP: the pipeline's depth)
 
 
 def sample_groups(b: int, BR: int) -> list[tuple[int, ...]]:
@@ -99,7 +100,7 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
                 slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
                                for gi, samples in pass_groups if r0 < len(samples) * R)
                 blocks.append(Block(c0, c1, slices, len(pass_groups)))
-    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR, TP)
+    return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR, TP, int(k_code))
 
 
 def planning_cycles(sched: LayerSchedule) -> int:
@@ -136,7 +137,7 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
     costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
                         Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, sched.R, inside,
-                        bias_chunk(sched.TP, sched.TC))
+                        bias_chunk(sched.TP, sched.TC), mode_depth(sched.TP, sched.k_code))
     tiles: dict[tuple[int, int], TileCosts] = {}
     blocks: dict[tuple[int, int, int, float], float] = {}
 

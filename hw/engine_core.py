@@ -10,11 +10,20 @@ in cycle 0 (stage numbers = cycles after issue):
        weights and bias are picked from bank `wb` here, which is why `released`
        can free both buffers as soon as the last row is in stage 1
     2  multiply (+ bias on lane 0, and on lane h in k=1/2: the DSP post-adder)
-    3..  adder-tree levels, one register each (L = ceil(log2 TP) levels)
+    2+r  lane r of a DSP cascade chain (hw/mac_tree.py, `regmap.chains`): its
+       product plus lane r-1's partial sum in the DSP's post-adder, its operands
+       skewed r cycles (the bank words, the PEs' bank selects and the step's
+       weight-buffer select are delayed; the banks are still read in stage 0).
+       Lane i's weights are read chain_position(i) <= i cycles late, and the
+       weight rows of a step are written in lane order, one a cycle at most
+       (the loader's order, `w_wr`), so a row written for the step after next
+       still lands after the current step's last read of it: no write delay
+    ..  adder-tree levels over the chains' outputs, one register each;
+       D = `regmap.sum_depth(TP)` cycles from stage 2 to the root
     A  accumulate: read-modify-write, the read issued in stage A-1 through a
        port transparent to the write port, so one row per cycle into the same
        accumulator row (t = 1) never sees a stale value;
-       A = 2+L (k=1/2: the half sums), 3+L (k=1), 4+L (k=2: one more pair add)
+       A = 2+D (k=1/2: the half sums), 3+D (k=1), 4+D (k=2: one more pair add)
     A+1 round and shift (registered)
     A+2 saturate/ReLU -> staging write   (= `latency[k]`)
 
@@ -32,10 +41,11 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsi
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
-from fluidnpu.hw.mac_tree import adder_tree
-from fluidnpu.hw.regmap import BUFFERS, RAM_STYLES, KCode, nmax as npu_nmax, supported_k_codes
+from fluidnpu.hw.mac_tree import adder_tree, delay, delay_taps, dsp_chain
+from fluidnpu.hw.regmap import (BUFFERS, RAM_STYLES, KCode, chain_position, chains, mode_depth, nmax as npu_nmax,
+                                sum_depth, supported_k_codes)
 
 K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
@@ -102,7 +112,7 @@ class EngineCore(wiring.Component):
                 block's `block_done` comes latency + 1 cycles after its last
                 row's issue, i.e. a block of steps issued back to back takes
                 sum(t) + latency cycles from its first row to `block_done`.
-      tree_levels: ceil(log2 TP)
+      sum_depth: cycles from the first product to a PE's root (`regmap.sum_depth`)
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, nmax: int | None = None,
@@ -120,11 +130,11 @@ class EngineCore(wiring.Component):
         if not set(self.placement) <= set(BUFFERS) or not set(self.placement.values()) <= set(RAM_STYLES):
             raise ValueError(f"placement {self.placement}: memories {BUFFERS}, each one of {tuple(RAM_STYLES)}")
         self.h = TP // 2
-        self.tree_levels = L = ceil_log2(TP)
+        self.sum_depth = L = sum_depth(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
         self.modes = supported_k_codes(TR, TP, TC, stackable)
-        self._acc_stage = {K1: 3 + L, K2: 4 + L, KHALF: 2 + L}
+        self._acc_stage = {k: 3 + mode_depth(TP, k) for k in (K1, K2, KHALF)}
         self.latency = {k: self._acc_stage[k] + 2 for k in self.modes}
         super().__init__({
             "k": In(2), "g": In(range(NB + 1)), "cw": In(range(2 * TC + 1)),
@@ -145,7 +155,7 @@ class EngineCore(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         TR, TP, TC, NB = self.TR, self.TP, self.TC, self.NB
-        h, L = self.h, self.tree_levels
+        h, L = self.h, self.sum_depth
         lg = exact_log2(NB)
         has_k2, has_kh = K2 in self.modes, KHALF in self.modes
 
@@ -266,41 +276,38 @@ class EngineCore(wiring.Component):
         BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else None
         self._weight_writes(m, W, BA, BB, is1, is2, ish, qA, qB)
 
-        # ---------------- stage 1: operands ----------------
+        # ---------------- stage 1 (+ r): operands ----------------
+        # lane i of a chain is r = pos[i] cycles late: its bank words, its PE's bank select and the
+        # step's weight-buffer select are delayed r cycles (shared by all PEs but the selects)
         c1 = ctl[1]
+        pos = [chain_position(TP, i) for i in range(TP)]
+        rmax = max(pos)
         lo_out = [Signal(16 * TP, name=f"in{b}_lane_lo") for b in range(NB)]
         for b in range(NB):
             m.d.comb += lo_out[b].eq(Mux(sub[b] & ~is2, hi_mem[b][1].data, lo_mem[b][1].data))
-        lo_arr = Array(lo_out)
-        hi_arr = Array(hm[1].data for hm in hi_mem)
-        # the upper k=1/2 PE reads only lanes [0, h) of its group's row: mux only those
-        lo_h_arr = Array(v[:16 * max(h, 1)] for v in lo_out)
+        lanes_lo = [Array(delay(m, _words(lo_out[b], TP)[i], pos[i], f"in{b}_lo{i}") for b in range(NB))
+                    for i in range(TP)]
+        lanes_hi = [Array(delay(m, _words(hi_mem[b][1].data, TP)[i], pos[i], f"in{b}_hi{i}") for b in range(NB))
+                    for i in range(TP)] if has_k2 else None
+        sA = [delay_taps(m, selA[p], rmax, f"selA{p}") for p in range(TC)]
+        sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else None
         X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]
         WOP = [[Signal(signed(16), name=f"wop{p}_{i}") for i in range(TP)] for p in range(TC)]
         CA = [Signal(signed(32), name=f"ca{p}") for p in range(TC)]
         CB = [Signal(signed(32), name=f"cb{p}") for p in range(TC)]
         for p in range(TC):
             odd = p % 2 == 1
-            vA = Signal(16 * TP, name=f"vA{p}")
-            m.d.comb += vA.eq(lo_arr[selA[p]])
-            vA_w = _words(vA, TP)
-            if has_k2 and odd:
-                vH = Signal(16 * TP, name=f"vH{p}")
-                m.d.comb += vH.eq(hi_arr[selA[p]])
-                vH_w = _words(vH, TP)
-            if has_kh:
-                vB = Signal(16 * h, name=f"vB{p}")
-                m.d.comb += vB.eq(lo_h_arr[selB[p]])
-                vB_w = _words(vB, h)
             for i in range(TP):
-                src: Value = vA_w[i]
+                r = pos[i]
+                src: Value = lanes_lo[i][sA[p][r]]
                 if has_k2 and odd:
-                    src = Mux(is2, vH_w[i], src)
+                    src = Mux(is2, lanes_hi[i][sA[p][r]], src)
                 if has_kh and h <= i < 2 * h:
-                    src = Mux(ish, vB_w[i - h], src)
+                    # the upper k=1/2 PE reads lanes [0, h) of its group's row (skewed as lane i)
+                    src = Mux(ish, lanes_lo[i - h][sB[p][r]], src)
                 elif has_kh and i == 2 * h:       # odd TP: lane 2h idles in k=1/2
                     src = Mux(ish, 0, src)
-                m.d.sync += [X[p][i].eq(src), WOP[p][i].eq(Mux(c1["wb"], W[1][p][i], W[0][p][i]))]
+                m.d.sync += [X[p][i].eq(src), WOP[p][i].eq(Mux(ctl[1 + r]["wb"], W[1][p][i], W[0][p][i]))]
             no_bias = c1["first"] == 0
             if odd:
                 no_bias = no_bias | is2                 # the pair's bias enters on the even PE
@@ -308,20 +315,21 @@ class EngineCore(wiring.Component):
             if has_kh:
                 m.d.sync += CB[p].eq(Mux(c1["first"] & ish, Mux(c1["wb"], BB[1][p], BB[0][p]), 0))
 
-        # ---------------- stage 2: multiply; stage 3..: trees ----------------
+        # ---------------- stage 2 (+ r): DSP cascade chains; then trees ----------------
+        runs = chains(TP)
+        split = sum(1 for start, _ in runs if start < h)      # chains of the lower half
         roots, halves = [], []
         for p in range(TC):
-            prods = []
-            for i in range(TP):
-                pr = Signal(signed(32), name=f"prod{p}_{i}")
-                e: Value = X[p][i] * WOP[p][i]
-                if i == 0:
-                    e = e + CA[p]
-                if has_kh and i == h:
-                    e = e + CB[p]
-                m.d.sync += pr.eq(e)
-                prods.append(pr)
-            tree = adder_tree(m, prods, f"tree{p}")
+            leaves, depths = [], []
+            for start, end in runs:
+                bias = [CA[p]] if start == 0 else [CB[p]] if has_kh and start == h else []
+                regs = dsp_chain(m, [(X[p][i], WOP[p][i]) for i in range(start, end)], f"prod{p}", bias,
+                                 index0=start)
+                leaves.append(regs[-1])
+                depths.append(end - start - 1)
+            tree = adder_tree(m, leaves, f"tree{p}", depths=depths,
+                              split=split if 0 < split < len(leaves) else None)
+            assert tree.depth == L, f"built depth {tree.depth}, regmap.sum_depth says {L}"
             roots.append(tree.root)
             halves.append(tree.halves)
         pairs = []

@@ -96,6 +96,68 @@ def nmax(TP: Any, TC: Any) -> Any:
     return _maximum(_maximum(2 * TP, 2 * TC), NMAX_MIN)
 
 
+# Lanes per DSP cascade chain of a PE (hw/mac_tree.py). Longer chains leave fewer fabric adders but
+# skew more operand bits into flip-flops (lane r of a chain is delayed r cycles) and lengthen the
+# pipeline; 16 makes every PE up to TP = 32 one chain a half (only the root adder in the fabric), at a
+# few thousand flip-flops and 16 cycles of fill a layer, and stays under Yosys's cascade limit (20).
+CHAIN = 16
+
+
+def chains(TP: int, chain: int = CHAIN) -> list[tuple[int, int]]:
+    """The [start, end) lane runs of one PE's DSP cascades: the lower half [0, TP // 2) and the
+    upper half [TP // 2, TP) (the Stackable-PE split), each cut into runs of `chain` from its start."""
+    h = TP // 2
+    return [(s, min(s + chain, hi)) for lo, hi in ((0, h), (h, TP)) for s in range(lo, hi, chain)]
+
+
+def chain_position(TP: int, lane: int, chain: int = CHAIN) -> int:
+    """Lane `lane`'s place in its chain, the cycles its operands are skewed by. Both halves are
+    cut from their own start, so lanes i and i + TP // 2 share a position (the upper k = 1/2 PE
+    reads lanes [0, h) of its row into lanes [h, 2h): one skewed copy of a word serves both)."""
+    h = TP // 2
+    return (lane if lane < h else lane - h) % chain
+
+
+def _ceil_log2(n: Any) -> Any:
+    """ceil(log2 n) for n >= 1, ints and numpy arrays alike (n below 2**32)."""
+    return sum((n > (1 << k)) * 1 for k in range(32))
+
+
+def longest_chain(TP: Any, chain: int = CHAIN) -> Any:
+    """Lanes of a PE's longest chain (its upper half is the larger). Ints or numpy arrays."""
+    upper = TP - TP // 2
+    return upper - (upper - chain) * (upper > chain)
+
+
+def chain_count(TP: Any, chain: int = CHAIN) -> Any:
+    """Chains of one PE (`chains`): its fabric adders are this many less one. Ints or numpy arrays."""
+    return -(-(TP // 2) // chain) + -(-(TP - TP // 2) // chain)
+
+
+def skew_words(TP: Any, chain: int = CHAIN) -> Any:
+    """Sum over a PE's lanes of `chain_position`: the 16-bit words of register delay one skewed
+    copy of an input row holds (the core keeps one per bank, per lane set). Ints or numpy arrays."""
+    def half(n: Any) -> Any:
+        full, rest = n // chain, n % chain
+        return full * (chain * (chain - 1) // 2) + rest * (rest - 1) // 2
+    return half(TP // 2) + half(TP - TP // 2)
+
+
+def sum_depth(TP: Any, chain: int = CHAIN) -> Any:
+    """Cycles from a PE's first-lane product register to its root, all TP lanes summed: the
+    longest chain's length - 1, the adder tree over a half's chain outputs, and the root adder
+    (0 for TP = 1). The RTL asserts it against what it builds (hw/engine_core.py); the
+    performance model prices the pipeline fill with it (`mode_depth`). Ints or numpy arrays."""
+    upper = TP - TP // 2                                  # the larger half
+    return (TP >= 2) * (longest_chain(TP, chain) + _ceil_log2(-(-upper // chain)))
+
+
+def mode_depth(TP: Any, k_code: int) -> Any:
+    """Cycles from a PE's first-lane product to the sum a layer in Stackable-PE mode k
+    accumulates: the root (k = 1), one pair adder more (k = 2), the half sums (k = 1/2)."""
+    return sum_depth(TP) + {KCode.K1: 0, KCode.K2: 1, KCode.KHALF: -1}[KCode(k_code)]
+
+
 class Access(str, Enum):
     """How software may touch a register."""
 

@@ -22,11 +22,13 @@ from amaranth.back import verilog
 from amaranth.sim import Simulator
 
 from fluidnpu.hw.engine_core import K1, K2, KHALF, EngineCore
+from fluidnpu.hw.regmap import chain_position, chains
 from fluidnpu.hw.reference import (INT16_MAX, INT16_MIN, block_output, pack_bias, pack_words, postprocess,
                                    unpack_words, wrap32)
 
 SMALL = dict(TR=8, TP=4, TC=4, NB=4)
 ODD = dict(TR=6, TP=3, TC=5, NB=2)
+LONG = dict(TR=8, TP=35, TC=3, NB=2)    # halves of 17 and 18 lanes: two DSP chains each, skews up to 15
 
 
 def sized(**cfg) -> EngineCore:
@@ -413,9 +415,13 @@ def test_reference_wrap_and_packing():
 def test_parameters_and_latency():
     core = sized(**SMALL)
     assert core.modes == (K1, K2, KHALF)
-    assert core.latency == {K1: 5 + 2, K2: 5 + 3, KHALF: 5 + 1}      # 5 + ceil(log2 TPk)
+    assert core.latency == {K1: 5 + 2, K2: 5 + 3, KHALF: 5 + 1}      # chains of 2 lanes, the root
     assert sized(TR=4, TP=1, TC=1, NB=2).modes == (K1,)
     assert sized(TR=6, TP=3, TC=5, NB=2).latency == {K1: 7, K2: 8, KHALF: 6}
+    # TP = 35: chains of 16 + 1 and 16 + 2 lanes (15 cycles), a tree level over each half's two, the root
+    assert sized(**LONG).latency == {K1: 5 + 17, K2: 5 + 18, KHALF: 5 + 16}
+    assert chains(35) == [(0, 16), (16, 17), (17, 33), (33, 35)]
+    assert [chain_position(35, i) for i in (0, 15, 16, 17, 32, 33, 34)] == [0, 15, 0, 0, 15, 0, 1]
     with pytest.raises(ValueError):
         EngineCore(TR=8, TP=4, TC=4, NB=3)
     with pytest.raises(ValueError):
@@ -436,9 +442,11 @@ def test_degenerate_sizes_compute(cfg):
     run_and_check(core, layers)
 
 
-def test_every_mode_and_group_count():
-    """Every k, every g in 1..min(NB, nPE) with cw = C = nPE // g, t = 1 and t = TRk // g."""
-    core = EngineCore(**SMALL)
+@pytest.mark.parametrize("cfg", [SMALL, LONG], ids=["small", "long-chains"])
+def test_every_mode_and_group_count(cfg):
+    """Every k, every g in 1..min(NB, nPE) with cw = C = nPE // g, t = 1 and t = TRk // g.
+    LONG: DSP chains of up to 16 lanes, their operands skewed up to 15 cycles."""
+    core = EngineCore(**cfg)
     rng = np.random.default_rng(7)
     layers, n = [], 0
     for k in core.modes:
@@ -526,15 +534,16 @@ def test_group_count_may_change_while_rows_are_in_flight():
     run_and_check(core, layers)
 
 
+@pytest.mark.parametrize("cfg", [SMALL, LONG], ids=["small", "long-chains"])
 @pytest.mark.parametrize("k", [K1, K2, KHALF])
 @pytest.mark.parametrize("t", [1, 2])
-def test_back_to_back_steps_have_no_bubble(k, t):
+def test_back_to_back_steps_have_no_bubble(k, t, cfg):
     """Steps on preloaded halves stream one row per cycle, across steps and blocks
     (the second block reuses both halves, with a different row count):
     block_done comes sum(t) + latency + 1 cycles after the first step is accepted,
     mac_active is high in exactly sum(t) consecutive cycles. With t = 1 every cycle
     accumulates into the same row (the transparent read-modify-write)."""
-    core = EngineCore(**SMALL)
+    core = EngineCore(**cfg)
     rng = np.random.default_rng(100 + 10 * k + t)
     nPE, _, TRk = mode_dims(core, k)
     g = 2
@@ -594,6 +603,12 @@ def test_random_layers_small(case):
 @given(layer_specs(ODD))
 def test_random_layers_odd(case):
     _run_specs(ODD, *case)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layer_specs(LONG))
+def test_random_layers_long_chains(case):
+    _run_specs(LONG, *case)
 
 
 def test_converts_to_verilog():

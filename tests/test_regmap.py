@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zlib
 
+import numpy as np
 import pytest
 
 from fluidnpu.bundle import Bundle, bundle_from_result
@@ -16,8 +17,9 @@ from fluidnpu.dse import resource_model
 from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.errors import FluidError
 from fluidnpu.hw import export, regmap
-from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry, design_hash,
-                                encode_fbcb_entry, fbcb_entry_bits, fbcb_index, fbcb_table)
+from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, KCode, NpuParams, chain_count, chain_position,
+                                chains, decode_fbcb_entry, design_hash, encode_fbcb_entry, fbcb_entry_bits,
+                                fbcb_index, fbcb_table, longest_chain, mode_depth, skew_words, sum_depth)
 
 
 @pytest.fixture
@@ -244,3 +246,39 @@ def test_committed_register_map_doc_is_current():
     committed = export.DOC_PATH.read_text()
     assert committed == export.markdown(), \
         "docs/register-map.md is stale: run `python -m fluidnpu.hw.export docs/register-map.md`"
+
+
+def _tree_depth(depths: list[int], split: int | None = None) -> int:
+    """The depth hw/mac_tree.adder_tree builds over leaves of these depths (halving, top at split)."""
+    def build(lo: int, hi: int, mid: int | None = None) -> int:
+        if hi - lo == 1:
+            return depths[lo]
+        mid = lo + (hi - lo) // 2 if mid is None else mid
+        return max(build(lo, mid), build(mid, hi)) + 1
+    return build(0, len(depths), split)
+
+
+@pytest.mark.parametrize("chain", [1, 2, 8])
+def test_dsp_chains_cover_each_half_and_their_depth_is_what_the_engine_builds(chain):
+    """regmap's chain facts (the engine builds from them, the DSE prices them) against their
+    definitions: the chains partition each half's lanes in runs of at most `chain`; positions,
+    counts, skew and the root's depth follow; with one-lane chains the depth is ceil(log2 TP)."""
+    TPs = np.arange(1, 81)
+    for TP in TPs.tolist():
+        runs = chains(TP, chain)
+        h = TP // 2
+        assert [i for s, e in runs for i in range(s, e)] == list(range(TP))
+        assert all(e - s <= chain and (s < h) == (e <= h) for s, e in runs)
+        pos = [chain_position(TP, i, chain) for i in range(TP)]
+        assert pos == [i - s for s, e in runs for i in range(s, e)]
+        assert chain_count(TP, chain) == len(runs)
+        assert longest_chain(TP, chain) == max(e - s for s, e in runs)
+        assert skew_words(TP, chain) == sum(pos)
+        lower = sum(1 for s, _ in runs if s < h)
+        built = _tree_depth([e - s - 1 for s, e in runs], lower if 0 < lower < len(runs) else None)
+        assert sum_depth(TP, chain) == built
+        if chain == 1:
+            assert built == (TP - 1).bit_length()
+    for fn in (chain_count, longest_chain, skew_words, sum_depth):
+        assert fn(TPs, chain).tolist() == [fn(int(t), chain) for t in TPs]
+    assert mode_depth(TPs, KCode.K2).tolist() == (sum_depth(TPs) + 1).tolist()

@@ -15,8 +15,8 @@ import pytest
 from fluidnpu.boards import load_board
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, bram36_for, control_logic, design_resources, dma_words,
                                          engine_logic, fbcb_lutram, input_banks, logic_use, max_tr, memories,
-                                         memory_use, uram_for)
-from fluidnpu.hw.regmap import fbcb_entry_bits, nmax
+                                         memory_use, skew_bits, uram_for)
+from fluidnpu.hw.regmap import CHAIN, fbcb_entry_bits, nmax
 
 
 def test_bram_aspect_ratios():
@@ -128,8 +128,8 @@ def test_bank_count_sets_the_operand_multiplexers():
     tp, tc = np.array([16, 24]), np.array([32, 37])
     packed, _ = engine_logic(tp, tc, 8, True)
     unpacked, _ = engine_logic(tp, tc, 8, True, banks=2)
-    # 2 instead of 8 operand-multiplexer inputs per lane bit
-    saved = DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc * (8 - 2)
+    # 2 instead of 8 operand-multiplexer inputs per lane bit, and 6 banks' rows less to read
+    saved = (DEFAULT_LOGIC.lut_per_mux_input_bit * 16 * tp * tc + DEFAULT_LOGIC.lut_per_bank_word * tp) * (8 - 2)
     assert np.allclose(packed - unpacked, saved)
 
 
@@ -145,22 +145,34 @@ def test_engine_terms():
     c = DEFAULT_LOGIC
     lut = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[0])  # noqa: E731
     ff = lambda tp, tc, bmax: float(engine_logic(tp, tc, bmax, True)[1])  # noqa: E731
-    # the bank multiplexers (each PE lane picks its row from NB banks; NB = 4 at Bmax 3 and 4)
-    assert lut(4, 8, 4) - lut(4, 8, 2) == pytest.approx(c.lut_per_mux_input_bit * 16 * 4 * 8 * (4 - 2))
+    # the bank multiplexers (each PE lane picks its row from NB banks; NB = 4 at Bmax 3 and 4) and
+    # each bank's row read
+    assert lut(4, 8, 4) - lut(4, 8, 2) == pytest.approx((c.lut_per_mux_input_bit * 16 * 4 * 8 + c.lut_per_bank_word * 4)
+                                                        * (4 - 2))
     assert lut(4, 8, 3) == lut(4, 8, 4)
-    # one more PE of TP lanes: its PE, MAC and multiplexer terms, nothing that grows faster
-    # (the engine has no weight replication network: hw/engine_core.py, docs/hw-architecture.md)
-    assert lut(4, 9, 2) - lut(4, 8, 2) == pytest.approx(c.lut_per_pe + 4 * c.lut_per_mac
+    # one more PE of TP lanes: its PE, MAC and multiplexer terms and its one fabric adder (the root
+    # over its two DSP chains), nothing that grows faster (the engine has no weight replication
+    # network: hw/engine_core.py, docs/hw-architecture.md)
+    assert lut(4, 9, 2) - lut(4, 8, 2) == pytest.approx(c.lut_per_pe + 4 * c.lut_per_mac + c.lut_per_tree_adder
                                                         + c.lut_per_mux_input_bit * 16 * 4 * 2)
     for nb_bmax in (2, 8):
         assert lut(4, 256, nb_bmax) - lut(4, 128, nb_bmax) == pytest.approx(lut(4, 128, nb_bmax) - lut(4, 0, nb_bmax))
-    assert ff(4, 9, 2) - ff(4, 8, 2) == pytest.approx(c.ff_per_pe + 4 * c.ff_per_mac)
-    assert ff(4, 8, 8) == ff(4, 8, 2)        # banks cost the engine multiplexers, not registers
-    # plain PEs (k = 1 only) save half the bank-multiplexer inputs and the stacking logic per PE pair
+    # and its registers, with its two delayed bank selects (one bit each at NB 2: k = 1 and k = 1/2)
+    assert ff(4, 9, 2) - ff(4, 8, 2) == pytest.approx(c.ff_per_pe + 4 * c.ff_per_mac + c.ff_per_tree_adder
+                                                      + 2 * c.ff_per_skew_bit)
+    # a PE of 2 * CHAIN + 1 lanes has three chains (two fabric adders), one lane less only two
+    assert lut(2 * CHAIN + 1, 1, 2) - lut(2 * CHAIN, 1, 2) == pytest.approx(
+        c.lut_per_mac + c.lut_per_tree_adder + c.lut_per_mux_input_bit * 16 * 2 + c.lut_per_bank_word * 2)
+    # banks cost the engine multiplexers and the skewed copies of their words, no other register
+    assert ff(4, 8, 8) - ff(4, 8, 2) == pytest.approx(
+        c.ff_per_skew_bit * float(skew_bits(np.array(4), np.array(8), 8, True) - skew_bits(np.array(4), np.array(8), 2, True)))
+    # plain PEs (k = 1 only) save half the bank-multiplexer inputs and the stacking logic per PE pair,
+    # and half the skew (no k = 2 upper lanes, no k = 1/2 upper bank selects)
     plain_lut, plain_ff = (float(v) for v in engine_logic(7, 128, 8, False))
     assert lut(7, 128, 8) - plain_lut == pytest.approx(c.lut_per_mux_input_bit * 16 * 7 * 128 * 8 / 2
                                                        + 64 * c.lut_per_stack_pair)
-    assert ff(7, 128, 8) - plain_ff == pytest.approx(64 * c.ff_per_stack_pair)
+    assert ff(7, 128, 8) - plain_ff == pytest.approx(64 * c.ff_per_stack_pair + c.ff_per_skew_bit
+                                                     * float(skew_bits(np.array(7), np.array(128), 8, False)))
 
 
 def test_control_terms():
@@ -301,3 +313,24 @@ def test_memory_placement_is_what_memory_use_priced():
         assert (float(bram), float(uram)) == (res.bram36, res.uram)
         assert ("uram" in res.placement.values()) == (board.uram > 0)
     assert memory_placement(10 ** 6, 64, 64, load_board("zc706"), 8, banks=2)[2] == {}
+
+
+@pytest.mark.parametrize("TP,TC,NB", [(19, 3, 2), (32, 2, 4), (4, 5, 2)])
+@pytest.mark.parametrize("stackable", [True, False])
+def test_skew_register_bits_are_the_rtls(TP, TC, NB, stackable):
+    """The model's operand-skew registers of the DSP chains (`skew_bits`, priced one FF a bit)
+    are the delay registers the generated engine declares, bit for bit: the bank words' copies
+    (`in{b}_{lo,hi}{i}_d*`) and the PEs' delayed bank selects (`sel{A,B}{p}_d*`)."""
+    import re
+
+    from amaranth.back import verilog
+
+    from fluidnpu.hw.engine_core import EngineCore
+
+    text = verilog.convert(EngineCore(TR=8, TP=TP, TC=TC, NB=NB, stackable=stackable), name="core", emit_src=False)
+    bits = 0
+    for m in re.finditer(r"^\s*reg\s*(?:signed\s*)?(\[(\d+):(\d+)\])?\s*(\\?[\w$.]+)", text, re.M):
+        if re.fullmatch(r"\\?(in\d+_(lo|hi)\d+|sel[AB]\d+)_d\d+", m.group(4)):
+            bits += int(m.group(2)) - int(m.group(3)) + 1 if m.group(1) else 1
+    assert bits > 0
+    assert skew_bits(np.array(TP), np.array(TC), NB, stackable) == bits
