@@ -44,7 +44,7 @@ ArrayLike = Union[int, float, np.ndarray]
 class EngineTiming:
     """Fixed costs of the engine, in cycles, calibrated against the RTL (docs/rtl-agreement.md).
 
-    fill_base + the adder pipeline (`mac_tree.mode_depth`: the DSP cascades and the
+    fill_base + the adder pipeline (`regmap.mode_depth`: the DSP cascades and the
     tree over their outputs): a row's trip from issue to the staging buffer
     plus the writer's set-up, paid once per layer (blocks stream back to back
     through the pipeline); step_overhead: fetcher cycles per weight step
@@ -210,7 +210,7 @@ class LayerCosts:
     in_beats: ArrayLike = 0.0    # beats (and zero-fill responses) of one input row over all steps
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
     skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
-    depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`mac_tree.mode_depth`)
+    depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`regmap.mode_depth`)
 
     @property
     def zero_row(self) -> np.ndarray:
@@ -432,7 +432,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     `inside`: the fraction of (row, tap) runs inside the input (`im2col_inside`);
     a run in the padding is a zero-fill command, one response and no beat.
     `chunk`: int32 biases a read moves (`bias_chunk` of the engine). `depth`: the engine's adder
-    pipeline in the layer's mode (`mac_tree.mode_depth`; None: a k = 1 engine of TP = TPk).
+    pipeline in the layer's mode (`regmap.mode_depth`; None: a k = 1 engine of TP = TPk).
     """
     taps = np.asarray(taps, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
