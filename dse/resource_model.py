@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.hw.regmap import BUFFERS, chain_count, fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words
+from fluidnpu.hw.regmap import BUFFERS, bank_select_bits, chain_count, fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -259,7 +259,7 @@ def skew_bits(TP: np.ndarray, TC: np.ndarray, banks: int, stackable: bool) -> np
     up to the longest chain (its k = 1/2 upper half's too, with Stackable PEs)."""
     copies = 2 if stackable else 1
     return copies * (WORD_BITS * banks * skew_words(TP)
-                     + TC * max(int(banks).bit_length() - 1, 1) * (longest_chain(TP) - 1))
+                     + TC * bank_select_bits(int(banks)) * (longest_chain(TP) - 1))
 
 
 def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,

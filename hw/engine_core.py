@@ -41,11 +41,10 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsi
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from fluidnpu.hw.mac_tree import adder_tree, delay, delay_taps, dsp_chain
-from fluidnpu.hw.regmap import (BUFFERS, RAM_STYLES, KCode, chain_position, chains, mode_depth, nmax as npu_nmax,
-                                sum_depth, supported_k_codes)
+from fluidnpu.hw.regmap import (BUFFERS, RAM_STYLES, KCode, bank_select_bits, chain_position, chains, mode_depth,
+                                nmax as npu_nmax, sum_depth, supported_k_codes)
 
 K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
@@ -156,7 +155,7 @@ class EngineCore(wiring.Component):
         m = Module()
         TR, TP, TC, NB = self.TR, self.TP, self.TC, self.NB
         h, L = self.h, self.sum_depth
-        lg = exact_log2(NB)
+        lg = bank_select_bits(NB)
         has_k2, has_kh = K2 in self.modes, KHALF in self.modes
 
         # ---------------- mode decode (unsupported codes behave as k = 1) ----------------
@@ -285,10 +284,14 @@ class EngineCore(wiring.Component):
         lo_out = [Signal(16 * TP, name=f"in{b}_lane_lo") for b in range(NB)]
         for b in range(NB):
             m.d.comb += lo_out[b].eq(Mux(sub[b] & ~is2, hi_mem[b][1].data, lo_mem[b][1].data))
-        lanes_lo = [Array(delay(m, _words(lo_out[b], TP)[i], pos[i], f"in{b}_lo{i}") for b in range(NB))
-                    for i in range(TP)]
-        lanes_hi = [Array(delay(m, _words(hi_mem[b][1].data, TP)[i], pos[i], f"in{b}_hi{i}") for b in range(NB))
-                    for i in range(TP)] if has_k2 else None
+        lo_words = [_words(lo_out[b], TP) for b in range(NB)]
+        lanes_lo = [Array(delay(m, lo_words[b][i], pos[i], f"in{b}_lo{i}") for b in range(NB)) for i in range(TP)]
+        if has_k2:
+            hi_words = [_words(hi_mem[b][1].data, TP) for b in range(NB)]
+            lanes_hi = [Array(delay(m, hi_words[b][i], pos[i], f"in{b}_hi{i}") for b in range(NB))
+                        for i in range(TP)]
+        else:
+            lanes_hi = None
         sA = [delay_taps(m, selA[p], rmax, f"selA{p}") for p in range(TC)]
         sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else None
         X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]

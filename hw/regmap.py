@@ -389,6 +389,14 @@ def bank_choices(bmax: int, packing: bool = True) -> list[int]:
     return [1 << i for i in range(1, top.bit_length())]
 
 
+def bank_select_bits(nb: int) -> int:
+    """Bits of a PE's bank select (log2 NB): the engine's `selA`/`selB` registers, which the DSP
+    chains' operand skew delays, so the resource model counts the same bits."""
+    if nb < 2 or nb & (nb - 1):
+        raise ValueError(f"NB = {nb}: the engine's banks are a power of two >= 2")
+    return nb.bit_length() - 1
+
+
 def check_banks(nb: int, bmax: int) -> None:
     """Refuse a bank count the RTL cannot build (a power of two, 2 ..= input_banks(Bmax))."""
     if nb not in bank_choices(bmax):

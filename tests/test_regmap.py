@@ -17,7 +17,8 @@ from fluidnpu.dse import resource_model
 from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.errors import FluidError
 from fluidnpu.hw import export, regmap
-from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, KCode, NpuParams, chain_count, chain_position,
+from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, KCode, NpuParams, bank_choices, bank_select_bits,
+                                chain_count, chain_position,
                                 chains, decode_fbcb_entry, design_hash, encode_fbcb_entry, fbcb_entry_bits,
                                 fbcb_index, fbcb_table, longest_chain, mode_depth, skew_words, sum_depth)
 
@@ -282,3 +283,13 @@ def test_dsp_chains_cover_each_half_and_their_depth_is_what_the_engine_builds(ch
     for fn in (chain_count, longest_chain, skew_words, sum_depth):
         assert fn(TPs, chain).tolist() == [fn(int(t), chain) for t in TPs]
     assert mode_depth(TPs, KCode.K2).tolist() == (sum_depth(TPs) + 1).tolist()
+
+
+def test_bank_select_bits_is_log2_of_every_buildable_bank_count():
+    """The engine's bank-select width, which the resource model's skew registers count: log2 NB for
+    every NB the RTL builds; a count it cannot build is refused."""
+    for nb in bank_choices(16):
+        assert 1 << bank_select_bits(nb) == nb
+    for bad in (0, 1, 3, 6):
+        with pytest.raises(ValueError):
+            bank_select_bits(bad)
