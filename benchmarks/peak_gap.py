@@ -19,8 +19,9 @@ RTL change is worth before it is built (e.g. overlapping a layer's prologue with
 layer's drain). The parts sum to the DSE's own cycle counts (checked on every run).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
-run also re-runs the DSE as if the control unit issued and took `--commands` DMA commands a cycle
-(the RTL takes one; `repicked`) and reports that pick's share of the board peak at every b.
+run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: two DMA commands a cycle,
+a weight and an input walker side by side, and those with one command per input row) and reports
+each pick's share of the board peak at every b.
 
     .venv/bin/python benchmarks/peak_gap.py --out docs/figures     # peak_gap.json and peak_gap.png
 """
@@ -93,20 +94,29 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
 
 
-def repicked(model: str, board_name: str, commands: float, bmax: int = 8) -> dict[str, Any]:
-    """The DSE's pick and its share of the board peak at b = 1..bmax if the fetcher issued and the loader
-    took `commands` DMA commands a cycle (every bus the search prices gets command_cycles = 1/commands)."""
+WHAT_IFS: dict[str, dict[str, Any]] = {
+    "the RTL (one command stream, one command a run)": {},
+    "2 DMA commands a cycle": {"command_cycles": 0.5},
+    "two walkers (weights and inputs side by side)": {"walkers": 2},
+    "two walkers + one command per input row (gather)": {"walkers": 2, "gather": True},
+}
+"""Control units the re-picked what-ifs price: `Bus` fields over the RTL's (dse/perf_model.py)."""
+
+
+def repicked(model: str, board_name: str, bus_fields: dict[str, Any], bmax: int = 8) -> dict[str, Any]:
+    """The DSE's pick and its share of the board peak at b = 1..bmax if the control unit were the one
+    `bus_fields` describes (every bus the search prices gets those `Bus` fields)."""
     board = load_board(board_name)
     cls = type(board)
-    one_a_cycle = cls.bus
+    rtl_bus = cls.bus
 
     def bus(self: Any, clock_mhz: float | None = None, ports: int | None = None) -> Bus:
-        return replace(one_a_cycle(self, clock_mhz, ports), command_cycles=1.0 / commands)
+        return replace(rtl_bus(self, clock_mhz, ports), **bus_fields)
 
     with mock.patch.object(cls, "bus", bus):
         r = explore(zoo_model(model), board, DSEOptions(bmax=bmax))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
-    return {"model": model, "board": board_name, "commands_per_cycle": commands, "design": [r.TR, r.TP, r.TC],
+    return {"model": model, "board": board_name, "bus": bus_fields, "design": [r.TR, r.TP, r.TC],
             "NB": r.NB, "ports": r.ports, "stackable": r.options.given_stackable(),
             "board_peak_share": [g / board_peak for g in r.gops]}
 
@@ -116,10 +126,10 @@ def main() -> None:
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--boards", default="zc706,zcu104")
     ap.add_argument("--out", help="folder for peak_gap.json and peak_gap.png")
-    ap.add_argument("--commands", type=float, default=2.0, help="DMA commands a cycle of the re-picked what-if")
     args = ap.parse_args()
     out = [gap(args.model, name) for name in args.boards.split(",")]
-    what_if = [repicked(args.model, name, args.commands) for name in args.boards.split(",")]
+    what_if = [dict(repicked(args.model, name, fields), what_if=label)
+               for label, fields in WHAT_IFS.items() for name in args.boards.split(",")]
     print("| pick | b | share of board peak | " + " | ".join(PARTS[1:]) + " | share of board peak without "
           "bandwidth / commands / edges / prologue + drain |")
     print("|---" * (len(PARTS) + 3) + "|")
@@ -133,12 +143,13 @@ def main() -> None:
                   + f" | {100 * w['bandwidth']:.1f} / {100 * w['commands']:.1f} / {100 * w['edges']:.1f} / "
                     f"{100 * both:.1f} % |")
     print()
-    print(f"| re-picked with {args.commands:g} DMA commands a cycle | PEs, NB, P | share of board peak b = 1..8 |")
-    print("|---|---|---|")
+    print("| control unit, DSE re-run | pick | PEs, NB, P | share of board peak b = 1..8 | min over b = 4..8 |")
+    print("|---|---|---|---|---|")
     for w in what_if:
-        print(f"| {args.model} / {w['board']} <{', '.join(map(str, w['design']))}> "
+        share = w["board_peak_share"]
+        print(f"| {w['what_if']} | {args.model} / {w['board']} <{', '.join(map(str, w['design']))}> "
               f"| {'Stackable' if w['stackable'] else 'plain'}, {w['NB']}, {w['ports']} | "
-              + " / ".join(f"{100 * x:.1f}" for x in w["board_peak_share"]) + " % |")
+              + " / ".join(f"{100 * x:.1f}" for x in share) + f" % | {100 * min(share[3:8]):.1f} % |")
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)

@@ -139,12 +139,20 @@ class Bus:
     command_cycles: float = 1.0
     """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle (0: the what-if of
     a control unit without that limit, benchmarks/peak_gap.py)."""
+    walkers: int = 1
+    """1: the RTL, whose fetcher issues a step's weight reads and then its input reads on one command
+    stream. 2: the what-if (benchmarks/peak_gap.py) of a weight walker and an input walker issuing side
+    by side, the loader taking a response of each a cycle (`LayerCosts.fetch`)."""
+    gather: bool = False
+    """False: the RTL, one DMA command per im2col run (a kernel row's piece of a step, or a tap where
+    the row meets the padding's edge, `layer_costs`). True: the what-if of a command that gathers all
+    of a step's input row, across kernel rows and the padding (benchmarks/peak_gap.py)."""
 
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
-           ports: int = 0, command_cycles: float = 1.0) -> "Bus":
+           ports: int = 0, command_cycles: float = 1.0, walkers: int = 1, gather: bool = False) -> "Bus":
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
-                   word_bytes, ports, command_cycles)
+                   word_bytes, ports, command_cycles, walkers, gather)
 
     @classmethod
     def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
@@ -211,6 +219,7 @@ class LayerCosts:
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
     skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
     depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`regmap.mode_depth`)
+    first_extra: ArrayLike = 0.0  # a block's first rows of its steps, read one run a tap, beyond in_row
 
     @property
     def zero_row(self) -> np.ndarray:
@@ -340,7 +349,7 @@ class LayerCosts:
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
-        return tile.first_weights + np.asarray(t) * groups * self.in_row / self.n_p
+        return tile.first_weights + (np.asarray(t) * groups * self.in_row + self.first_extra) / self.n_p
 
     def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0) -> np.ndarray:
@@ -357,9 +366,7 @@ class LayerCosts:
         """
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        rows_in = groups * self.in_row - np.asarray(pad) * (self.in_row - self.zero_row)
-        fetch = (tile.weights + t * rows_in + self.n_p * tm.step_overhead + tm.block_overhead
-                 + np.asarray(extra))
+        fetch = self.fetch(t, tile, groups, extra, pad)
         compute = self.n_p * t
         balance = (fetch + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
         steps = np.maximum(np.maximum(compute, fetch), balance)
@@ -368,6 +375,40 @@ class LayerCosts:
             fixed = self.n_p * tm.step_overhead + tm.block_overhead + np.asarray(extra)
             steps = np.maximum(steps, self.n_p * busiest + fixed)
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
+
+    def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
+              pad: ArrayLike = 0.0) -> np.ndarray:
+        """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
+        the first) and input rows, one command a cycle and the ports' beats, plus the steps' first rows
+        read one run a tap (`first_extra`) and the step and block overheads.
+
+        With `Bus.walkers` = 2 (a what-if, not the RTL) the weight and the input commands are two
+        streams side by side that share the ports: the block takes the longer command stream or the
+        beats of both, whichever binds. Every step of a block has the same rows, so the sum over steps
+        of the longer stream is the longer of the sums (the first step's bias aside). With
+        `Bus.gather` (a what-if too) a step's input row is one command however many runs it has."""
+        t, groups, pad = np.asarray(t), np.asarray(groups), np.asarray(pad)
+        tm = self.timing
+        bus = self.bus
+        first_rows = 0.0 if bus.gather else self.first_extra
+        fixed = self.n_p * tm.step_overhead + tm.block_overhead + np.asarray(extra) + first_rows
+        runs = np.minimum(self.in_runs, self.n_p) if bus.gather else self.in_runs
+
+        def rows(b: Bus) -> np.ndarray:
+            in_row, zero_row = b.stream(self.in_beats, runs), b.stream(runs, runs)
+            return t * (groups * in_row - pad * (in_row - zero_row))
+
+        if bus.walkers == 1:
+            if not bus.gather:
+                return tile.weights + t * (groups * self.in_row - pad * (self.in_row - self.zero_row)) + fixed
+            return tile.weights + rows(bus) + fixed
+        commands = replace(bus, bytes_per_cycle=1e12 * bus.port_bytes)        # commands only
+        beats = replace(bus, command_cycles=0.0)                               # beats only
+
+        def weights(b: Bus) -> np.ndarray:
+            return replace(self, bus=b).tile(tile.w, groups).weights
+
+        return np.maximum(np.maximum(weights(commands), rows(commands)), weights(beats) + rows(beats)) + fixed
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
@@ -420,12 +461,22 @@ def bias_chunk(TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
 
 def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, bus: Bus,
                 timing: EngineTiming, R: ArrayLike = 2, inside: ArrayLike = 1.0,
-                chunk: ArrayLike = 8, depth: ArrayLike | None = None) -> LayerCosts:
+                chunk: ArrayLike = 8, depth: ArrayLike | None = None, kw: ArrayLike = 1,
+                edge: ArrayLike = 0.0) -> LayerCosts:
     """Step count and input-row read cost of a layer whose P = taps * cin.
 
     A weight step reads TPk consecutive values of each im2col row; they are
     one contiguous run unless the step crosses from one kernel tap to the
-    next (every cin values), which starts a new DMA command. Runs start at
+    next (every cin values), which starts a new DMA command -- unless both
+    taps are in one kernel row (of `kw` taps, which follow each other in
+    memory: the pixel pitch is cin) and the row's whole window reads the
+    input: the fetcher then
+    reads the rest of the kernel row as one run (hw/seq_fetcher.py). So a
+    row's runs are one a step plus the kernel rows' ends inside steps -- but
+    every crossing for the rows whose window reaches into the padding (a
+    share `edge`, `im2col_edge`), which are read one run a tap. Each
+    step's first row still walks tap by tap (its end is the next step's
+    start): `first_extra`, once a step of a block. Runs start at
     multiples of gcd(TPk, cin) words (pixels are cin words apart), except in
     a layer with one row and one tap per sample (an FC layer): its rows are
     the samples' 64-byte aligned tensors, so runs start at multiples of TPk.
@@ -435,19 +486,36 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     pipeline in the layer's mode (`regmap.mode_depth`; None: a k = 1 engine of TP = TPk).
     """
     taps = np.asarray(taps, dtype=np.int64)
+    kw = np.asarray(kw, dtype=np.int64)
     n_p = _ceil_div(P, TPk)
     cin = np.maximum(P // np.maximum(taps, 1), 1)
     # tap boundaries i*cin (0 < i < taps) that fall inside a step: those not on a multiple
-    # of TPk, i.e. all but the multiples of TPk / gcd(TPk, cin)
+    # of TPk, i.e. all but the multiples of TPk / gcd(TPk, cin); of them, the kernel rows' ends
+    # j*kw*cin (0 < j < kh) always start a run
     grain = _gcd(TPk, cin)
     crossings = (taps - 1) - (taps - 1) // (TPk // grain)
-    runs = n_p + crossings
+    kh = np.maximum(taps // np.maximum(kw, 1), 1)
+    row_ends = (kh - 1) - (kh - 1) // (TPk // _gcd(TPk, kw * cin))
+    tap_runs = n_p + crossings
+    runs = n_p + row_ends + (crossings - row_ends) * np.asarray(edge, dtype=float)
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
-    in_beats = inside * bus.beats(P, runs, align) + (1 - inside) * runs
+
+    def beats(n_runs: np.ndarray) -> np.ndarray:
+        return inside * bus.beats(P, n_runs, align) + (1 - inside) * n_runs
+    in_beats = beats(runs)
+    in_row = bus.stream(in_beats, runs)
     depth = mode_depth(TPk, KCode.K1) if depth is None else depth
-    return LayerCosts(n_p, TPk, bus.stream(in_beats, runs), P, np.asarray(C), bus, timing,
-                      bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth))
+    return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing,
+                      bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth),
+                      first_extra=bus.stream(beats(tap_runs), tap_runs) - in_row)
+
+
+def layer_edge(layer) -> float:
+    """`im2col_edge` of a workload Layer (0.0 for FC and matmul layers)."""
+    if getattr(layer, "kind", "conv") != "conv":
+        return 0.0
+    return im2col_edge(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
 
 
 def layer_inside(layer) -> float:
@@ -457,41 +525,70 @@ def layer_inside(layer) -> float:
     return im2col_inside(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
 
 
-def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float]:
+def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float, float]:
     """Exact read cycles of one im2col row over all weight steps, averaged over the rows.
 
     `geometry` names the convolution as a layer descriptor does (in_h, in_w,
     cin, out_h, out_w, kh, kw, sh, sw, ph, pw; HWC tensors with a pixel pitch
     of cin words from a beat-aligned sample base, as host_driver/memory_plan
     lays them out). Walks the runs of each step the way the RTL's fetcher
-    cuts them (contiguous channels of one kernel tap) and charges each its
-    actual beats at its actual alignment, or one response for a zero-fill run
-    in the padding. This replaces the average-alignment estimate where the
-    geometry is known (the RTL testbenches); the DSE uses the estimate.
-    Returns (cycles, beats, commands), each per row (`LayerCosts.in_row`,
-    `in_beats`, `in_runs`).
+    cuts them -- where the row's whole window reads the input, a step's piece
+    of a kernel row is one run, elsewhere one run a tap -- and charges each
+    its actual beats at its actual alignment, or one response for a zero-fill
+    run in the padding. This replaces the average-alignment estimate where
+    the geometry is known (the RTL testbenches); the DSE uses the estimate.
+    Returns (cycles, beats, commands, first-row extra), each per row
+    (`LayerCosts.in_row`, `in_beats`, `in_runs`, `first_extra`): the last is
+    what a row read one run a tap (each step's first row) costs beyond that.
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
     P = g.kh * g.kw * cin
-    runs = []                                        # (ky, kx, word offset in the window, length)
+    oy, ox = (a.reshape(-1) for a in np.meshgrid(np.arange(g.out_h), np.arange(g.out_w), indexing="ij"))
+    iy = (oy * g.sh - g.ph)[:, None] + np.arange(g.kh)[None, :]                 # (pixels, kh)
+    ix = (ox * g.sw - g.pw)[:, None] + np.arange(g.kw)[None, :]                 # (pixels, kw)
+    status = ((iy >= 0) & (iy < g.in_h))[:, :, None] & ((ix >= 0) & (ix < g.in_w))[:, None, :]
+    window_in = status.all(axis=(1, 2))
+    base = ((oy * g.sh - g.ph) * g.in_w + (ox * g.sw - g.pw)) * cin             # window origin, in words
+
+    def cost_of(first: int, length: int, live: np.ndarray) -> np.ndarray:
+        return np.where(live, ((base + first) % wpb + length + wpb - 1) // wpb, 1)
+
+    taps = np.zeros(len(oy))               # beats, one run a tap
+    merged = np.zeros(len(oy))             # beats, one run a kernel row's piece
+    n_taps = n_pieces = 0
     for p0 in range(0, P, TPk):
         p, end = p0, min(P, p0 + TPk)
-        while p < end:
-            tap, ci = divmod(p, cin)
-            n = min(cin - ci, end - p)
-            ky, kx = divmod(tap, g.kw)
-            runs.append((ky, kx, (ky * g.in_w + kx) * cin + ci, n))
-            p += n
-    ky, kx, off, n = (np.asarray(x, dtype=np.int64)[None, :] for x in zip(*runs))
-    oy, ox = (a.reshape(-1, 1) for a in np.meshgrid(np.arange(g.out_h), np.arange(g.out_w), indexing="ij"))
-    iy0, ix0 = oy * g.sh - g.ph, ox * g.sw - g.pw
-    inside = (iy0 + ky >= 0) & (iy0 + ky < g.in_h) & (ix0 + kx >= 0) & (ix0 + kx < g.in_w)
-    start = (iy0 * g.in_w + ix0) * cin + off         # words from the sample base
-    beats = (start % wpb + n + wpb - 1) // wpb
-    cost = np.where(inside, beats, 1)
-    rows = g.out_h * g.out_w
-    return float(bus.stream(cost.sum(), cost.size)) / rows, float(cost.sum()) / rows, float(cost.size) / rows
+        while p < end:                     # a kernel row's piece of the step, one piece a tap
+            ky = p // (g.kw * cin)
+            seg_end = min(end, (ky + 1) * g.kw * cin)
+            kx0, ci0 = divmod(p - ky * g.kw * cin, cin)
+            merged += cost_of((ky * g.in_w + kx0) * cin + ci0, seg_end - p, status[:, ky, kx0])
+            n_pieces += 1
+            while p < seg_end:
+                kx, ci = divmod(p - ky * g.kw * cin, cin)
+                n = min(cin - ci, seg_end - p)
+                taps += cost_of((ky * g.in_w + kx) * cin + ci, n, status[:, ky, kx])
+                n_taps += 1
+                p += n
+    beats_t, cmds_t = float(taps.mean()), float(n_taps)
+    beats = float(np.where(window_in, merged, taps).mean())
+    cmds = float(np.where(window_in, n_pieces, n_taps).mean())
+    in_row = float(bus.stream(beats, cmds))
+    return in_row, beats, cmds, float(bus.stream(beats_t, cmds_t)) - in_row
+
+
+def im2col_edge(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
+                stride: tuple[int, int] = (1, 1), pads: tuple[int, ...] = (0, 0),
+                dilation: tuple[int, int] = (1, 1)) -> float:
+    """Fraction of a convolution's output pixels whose im2col window is not wholly inside the input
+    (some tap is padding): their rows are read one run a tap, the others one run a kernel row's piece
+    (`layer_costs`, hw/seq_fetcher.py). 0.0 without padding."""
+    def axis(n_in: int, n_out: int, k: int, s: int, p: int, d: int) -> float:
+        first = np.arange(n_out) * s - p
+        return float(((first >= 0) & (first + (k - 1) * d < n_in)).mean())
+    (ih, iw), (oh, ow), (kh, kw), (sh, sw), (dh, dw) = in_hw, out_hw, kernel, stride, dilation
+    return 1.0 - axis(ih, oh, kh, sh, pads[0], dh) * axis(iw, ow, kw, sw, pads[1], dw)
 
 
 def im2col_inside(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -525,19 +622,20 @@ class ModeCosts:
 
 def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: ArrayLike, k_code: int,
                bus: Bus, timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, inside: ArrayLike = 1.0,
-               geometry=None) -> ModeCosts:
+               geometry=None, kw: ArrayLike = 1, edge: ArrayLike = 0.0) -> ModeCosts:
     """The TR- and batch-free part of `layer_cycles` (see there for the arguments)."""
     _, TPk, TCk = mode_dims(1, TP, TC, k_code)
     exists = (TPk >= 1) & (TCk >= 1)
     TPk, TCk = np.maximum(TPk, 1), np.maximum(TCk, 1)
     R, P, C = (np.asarray(x, dtype=np.int64) for x in (R, P, C))
     costs = layer_costs(TPk, P, C, taps, bus, timing, R, inside, bias_chunk(TP, TC),
-                        np.where(exists, mode_depth(np.maximum(np.asarray(TP), 1), k_code), 0))
+                        np.where(exists, mode_depth(np.maximum(np.asarray(TP), 1), k_code), 0), kw, edge)
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
-        in_row, in_beats, in_runs = im2col_row_reads(geometry, int(TPk), bus)
-        costs = replace(costs, in_row=np.asarray(in_row), in_beats=in_beats, in_runs=in_runs)
+        in_row, in_beats, in_runs, first_extra = im2col_row_reads(geometry, int(TPk), bus)
+        costs = replace(costs, in_row=np.asarray(in_row), in_beats=in_beats, in_runs=in_runs,
+                        first_extra=first_extra)
     nct = _ceil_div(C, TCk)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)

@@ -63,13 +63,13 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 2221.0
-    ff_base: float = 2291.0
-    lut_per_dma_word: float = 77.2       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    lut_base: float = 2684.0
+    ff_base: float = 2488.0
+    lut_per_dma_word: float = 85.2       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
     ff_per_dma_word: float = 45.3
-    lut_per_port_word: float = 64.1      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    lut_per_port_word: float = 56.6      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
     ff_per_port_word: float = 19.3
-    lut_per_bank: float = 248.0          # per input bank (NB): group placement and rotation state
+    lut_per_bank: float = 258.0          # per input bank (NB): group placement and rotation state
     ff_per_bank: float = 258.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
     lut_per_axi_port: float = 679.0      # burst planning, address queues, outstanding counters, one-beat shifters
@@ -89,7 +89,7 @@ class LogicCosts:
     lut_per_mux_input_bit: float = 0.567 # bank -> operand multiplexers (one LUT6 is a 4:1 mux)
     lut_per_bank_word: float = 27.9       # per 16-bit word of each bank's row: its lo/hi memory select
     ff_per_skew_bit: float = 1.0         # one register per bit and cycle of the chains' operand skew
-    lut_per_stack_pair: float = 405.0    # measured, not fitted (see above)
+    lut_per_stack_pair: float = 548.0    # measured, not fitted (see above)
     ff_per_stack_pair: float = 202.0
 
 

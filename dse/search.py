@@ -27,7 +27,8 @@ import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerSetup, ModeCosts,
-                                     layer_cycles_bound, layer_inside, layer_parts, layer_setup, mode_costs)
+                                     layer_cycles_bound, layer_edge, layer_inside, layer_parts, layer_setup,
+                                     mode_costs)
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
                                          over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
@@ -156,6 +157,11 @@ def layer_taps(layer: Layer) -> int:
     return layer.kernel[0] * layer.kernel[1] if layer.kind == "conv" else 1
 
 
+def layer_kw(layer: Layer) -> int:
+    """kw of a convolution (taps in a kernel row), 1 for FC and matmul layers."""
+    return layer.kernel[1] if layer.kind == "conv" else 1
+
+
 @dataclass(frozen=True)
 class LayerShapes:
     """Layer GEMM shapes as row vectors for broadcasting."""
@@ -167,6 +173,8 @@ class LayerShapes:
     is_fc: np.ndarray
     taps: np.ndarray          # kh*kw: where a weight step's im2col read splits into runs
     inside: np.ndarray        # fraction of im2col runs outside the zero padding
+    kw: np.ndarray            # taps in a kernel row: their crossings may be read as one run
+    edge: np.ndarray          # fraction of those crossings at the padding's edge (never one run)
 
     @classmethod
     def of(cls, layers: Sequence[Layer]) -> "LayerShapes":
@@ -175,15 +183,19 @@ class LayerShapes:
         return cls(row([x.R for x in layers]), row([x.P for x in layers]), row([x.C for x in layers]),
                    row([x.groups for x in layers]), np.asarray([x.kind == "fc" for x in layers])[None, :],
                    row([layer_taps(x) for x in layers]),
-                   np.asarray([layer_inside(x) for x in layers], dtype=float)[None, :])
+                   np.asarray([layer_inside(x) for x in layers], dtype=float)[None, :],
+                   row([layer_kw(x) for x in layers]),
+                   np.asarray([layer_edge(x) for x in layers], dtype=float)[None, :])
 
 
 def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
              timing: EngineTiming) -> dict[int, ModeCosts]:
     """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
     layer_cycles sees it (words of the engine's timing)."""
-    bus = Bus.of(bus.bytes_per_cycle, bus.port_bytes, timing.word_bytes, bus.ports, bus.command_cycles)
-    return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside)
+    bus = Bus.of(bus.bytes_per_cycle, bus.port_bytes, timing.word_bytes, bus.ports, bus.command_cycles,
+                 bus.walkers, bus.gather)
+    return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside,
+                          kw=shapes.kw, edge=shapes.edge)
             for k in k_codes}
 
 
@@ -350,7 +362,8 @@ def unique_layers(layers: Sequence[Layer]) -> tuple[list[Layer], np.ndarray]:
     reps: list[Layer] = []
     counts: list[int] = []
     for layer in layers:
-        key = (layer.R, layer.P, layer.C, layer.groups, layer.kind == "fc", layer_taps(layer), layer_inside(layer))
+        key = (layer.R, layer.P, layer.C, layer.groups, layer.kind == "fc", layer_taps(layer), layer_inside(layer),
+               layer_kw(layer), layer_edge(layer))
         if key not in seen:
             seen[key] = len(reps)
             reps.append(layer)

@@ -132,12 +132,12 @@ def planning_cycles(sched: LayerSchedule) -> int:
 
 def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
                     timing: EngineTiming = DEFAULT_TIMING, taps: int = 1, port_bytes: float | None = None,
-                    inside: float = 1.0, ports: int = 0) -> int:
+                    inside: float = 1.0, ports: int = 0, kw: int = 1, edge: float = 0.0) -> int:
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
     costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
                         Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, sched.R, inside,
-                        bias_chunk(sched.TP, sched.TC), mode_depth(sched.TP, sched.k_code))
+                        bias_chunk(sched.TP, sched.TC), mode_depth(sched.TP, sched.k_code), kw, edge)
     tiles: dict[tuple[int, int], TileCosts] = {}
     blocks: dict[tuple[int, int, int, float], float] = {}
 

@@ -54,6 +54,7 @@ LAYOUT: tuple[tuple[str, int, int, int, bool], ...] = (
     ("weight_base", 17, 0, 32, False),   # int16 P x C, row-major, P ordered (ky, kx, cin)
     ("bias_base", 18, 0, 32, False),     # int32 x C
     ("P", 19, 0, 24, False),             # kh*kw*cin: the GEMM's inner dimension
+    ("row_words", 20, 0, 24, False),     # kw*cin: words of one kernel row of the im2col window
 )
 
 
@@ -169,6 +170,7 @@ class LayerDescriptor:
             "weight_base": self.weight_base,
             "bias_base": self.bias_base,
             "P": self.P,
+            "row_words": self.kw * self.cin,
         }
 
     def words(self) -> list[int]:

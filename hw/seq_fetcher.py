@@ -5,7 +5,9 @@ tiles -> passes -> blocks -> weight steps and issues the DMA reads of every
 step ahead of the core (`rd_cmd`): each step's weight rows (one read per
 packed group), the block's bias on its first step, and its input rows, which
 im2col builds straight from the previous layer's HWC tensor (one read per
-run of contiguous channels of a kernel tap; padding reads are zero fills).
+run of contiguous channels of a kernel tap, or of a kernel row where its taps
+follow in memory and the row's window reads no padding; padding reads are
+zero fills).
 Each step goes to the loader (`step`), each block to the writer (`block`),
 both through 4-deep FIFOs.
 
@@ -120,6 +122,9 @@ class SeqFetcher(wiring.Component):
         # after registers and the tap update one adder after the run (the timing proxy's budget)
         s_ky, s_kx, s_lit, s_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
         t_ky, t_kx, t_lit, t_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
+        s_rlit, t_rlit = Signal(24), Signal(24)          # words left in the kernel row (from the tap)
+        # the next step's start, as the current step's first row ends (that row walks tap by tap)
+        n_ky, n_kx, n_lit, n_off, n_rlit = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR)), Signal(24)
         kxy_delta = Signal(signed(ADDR))
         m.d.sync += kxy_delta.eq(f["kx_delta"] + f["ky_delta"])      # the plan is constant while a layer runs
 
@@ -142,24 +147,43 @@ class SeqFetcher(wiring.Component):
                          nc_sig["ox"].eq(w_ox + 1), nc_sig["iy"].eq(w_iy), nc_sig["ix"].eq(w_ix + f["sw"]),
                          nc_sig["off"].eq(w_off + f["x_step"]), nc_sig["sbase"].eq(w_sbase)]
 
-        # one im2col run of the current row: contiguous channels of one kernel tap
-        run = Signal(range(2 * TP + 1))
-        m.d.comb += run.eq(Mux(t_lit < rem, t_lit, rem))
+        # one im2col run of the current row: contiguous channels of one kernel tap -- or, where the taps of
+        # a kernel row follow each other in memory (kx_delta = 0: the pixel pitch is cin) and the row's
+        # whole window reads the input (or the row is a short group's padding, all zero fills), the rest
+        # of the kernel row (`t_rlit` words left in it): one command, not one per tap. The first row of
+        # each step (of its first group) still walks tap by tap: its end is the next step's start
+        # (`n_*`), which a run ending inside a later tap would need a division by cin to find. Every
+        # outcome's next tap state is computed from registers beside the choice, which only selects
+        # (the timing proxy's budget).
         iy = w_iy + t_ky
         ix = w_ix + t_kx
-        inside = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
         row_ok = w_sample < w_gend
-        # tap state after this run
+        inside = (iy >= 0) & (iy < f["in_h"]) & (ix >= 0) & (ix < f["in_w"])
+        kx_contig, x_lim, y_lim = Signal(), Signal(signed(18)), Signal(signed(18))
+        m.d.sync += [kx_contig.eq(f["kx_delta"] == 0), x_lim.eq(f["in_w"] - f["kw"] + 1),
+                     y_lim.eq(f["in_h"] - f["kh"] + 1)]
+        window_in = (w_ix >= 0) & (w_ix < x_lim) & (w_iy >= 0) & (w_iy < y_lim)
+        first_row = (j == 0) & (q == 0)
+        merge = Signal()
+        m.d.comb += merge.eq(kx_contig & (window_in | ~row_ok) & ~first_row)
+        lit_le, rlit_le, last_tap = t_lit <= rem, t_rlit <= rem, t_lit == t_rlit
+        row_end = Signal()       # the run ends the kernel row: on to the next one
+        tap_end = Signal()       # the run ends the tap: on to the next tap of the kernel row
+        m.d.comb += [row_end.eq(Mux(merge, rlit_le, lit_le & last_tap)), tap_end.eq(~merge & lit_le & ~last_tap)]
+        run = Signal(range(2 * TP + 1))
+        m.d.comb += run.eq(Mux(row_end, t_rlit, Mux(tap_end, t_lit, rem)))
+        # tap state after this run (after a merged run that ends inside a tap, unused: the row ends there)
         nt_ky, nt_kx, nt_lit, nt_off = Signal(8), Signal(8), Signal(16), Signal(signed(ADDR))
-        with m.If(run == t_lit):
-            with m.If(t_kx + 1 == f["kw"]):
-                m.d.comb += [nt_ky.eq(t_ky + 1), nt_kx.eq(0), nt_lit.eq(f["cin"]),
-                             nt_off.eq(t_off + 2 * run + kxy_delta)]
-            with m.Else():
-                m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx + 1), nt_lit.eq(f["cin"]),
-                             nt_off.eq(t_off + 2 * run + f["kx_delta"])]
+        nt_rlit = Signal(24)
+        with m.If(row_end):
+            m.d.comb += [nt_ky.eq(t_ky + 1), nt_kx.eq(0), nt_lit.eq(f["cin"]), nt_rlit.eq(f["row_words"]),
+                         nt_off.eq(t_off + 2 * t_rlit + kxy_delta)]
+        with m.Elif(tap_end):
+            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx + 1), nt_lit.eq(f["cin"]), nt_rlit.eq(t_rlit - t_lit),
+                         nt_off.eq(t_off + 2 * t_lit + f["kx_delta"])]
         with m.Else():
-            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_lit.eq(t_lit - run), nt_off.eq(t_off + 2 * run)]
+            m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_lit.eq(t_lit - rem), nt_rlit.eq(t_rlit - rem),
+                         nt_off.eq(t_off + 2 * rem)]
 
         accepted = self.rd_cmd.valid & self.rd_cmd.ready
 
@@ -209,7 +233,7 @@ class SeqFetcher(wiring.Component):
                 with m.If(blk_fifo.w_rdy):
                     m.d.comb += blk_fifo.w_en.eq(1)
                     m.d.sync += [t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), p0.eq(0),
-                                 s_ky.eq(0), s_kx.eq(0), s_lit.eq(f["cin"]), s_off.eq(0),
+                                 s_ky.eq(0), s_kx.eq(0), s_lit.eq(f["cin"]), s_off.eq(0), s_rlit.eq(f["row_words"]),
                                  wrow.eq(f["weight_base"] + 2 * col0)]
                     m.next = "STEP"
             with m.State("STEP"):
@@ -227,7 +251,7 @@ class SeqFetcher(wiring.Component):
                              w_off.eq(c_off[qv]), w_sbase.eq(c_sbase[qv]), j.eq(0), q.eq(qv),
                              rem.eq(nl), lane.eq(0)]
                 if taps_too:
-                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off)]
+                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off), t_rlit.eq(s_rlit)]
 
             with m.State("WEIGHTS"):      # per weight row, one read per group q (wq, wq_off = q*cw)
                 m.d.comb += [self.rd_cmd.valid.eq(1), cmd.addr.eq(wrow - 2 * wq_off),
@@ -264,7 +288,7 @@ class SeqFetcher(wiring.Component):
                             load_group(0, True)
                             m.next = "INPUT"
             with m.State("INPUT"):
-                row_last = run == rem
+                row_last = Mux(row_end, t_rlit == rem, Mux(tap_end, t_lit == rem, 1))
                 m.d.comb += [self.rd_cmd.valid.eq(1),
                              cmd.addr.eq(w_sbase + w_off + t_off),
                              cmd.nwords.eq(run), cmd.zero.eq(~(inside & row_ok)),
@@ -273,9 +297,12 @@ class SeqFetcher(wiring.Component):
                              tag.step_last.eq(row_last & (j + 1 == t) & (q + 1 == gp))]
                 with m.If(accepted):
                     with m.If(row_last):
-                        # every row walks the same taps: the state after a row is the next step's start
+                        # every row starts at the step's first tap; the first row's end is the next step's
                         m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off),
-                                     rem.eq(nl), lane.eq(0), j.eq(j + 1)]
+                                     t_rlit.eq(s_rlit), rem.eq(nl), lane.eq(0), j.eq(j + 1)]
+                        with m.If(first_row):
+                            m.d.sync += [n_ky.eq(nt_ky), n_kx.eq(nt_kx), n_lit.eq(nt_lit), n_off.eq(nt_off),
+                                         n_rlit.eq(nt_rlit)]
                         for k in nc_sig:
                             m.d.sync += {"sample": w_sample, "pix": w_pix, "oy": w_oy, "ox": w_ox, "iy": w_iy,
                                          "ix": w_ix, "off": w_off, "sbase": w_sbase}[k].eq(nc_sig[k])
@@ -289,8 +316,11 @@ class SeqFetcher(wiring.Component):
                                 load_group(q + 1, False)     # same taps, the next group's rows
                             with m.Else():
                                 # the step's reads are all issued: on to the next step, block or pass
-                                m.d.sync += [p0.eq(p0 + TPk),
-                                             s_ky.eq(nt_ky), s_kx.eq(nt_kx), s_lit.eq(nt_lit), s_off.eq(nt_off)]
+                                m.d.sync += [p0.eq(p0 + TPk), s_ky.eq(Mux(first_row, nt_ky, n_ky)),
+                                             s_kx.eq(Mux(first_row, nt_kx, n_kx)),
+                                             s_lit.eq(Mux(first_row, nt_lit, n_lit)),
+                                             s_off.eq(Mux(first_row, nt_off, n_off)),
+                                             s_rlit.eq(Mux(first_row, nt_rlit, n_rlit))]
                                 with m.If(last):
                                     m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
                                     with m.If(bi + 1 == n_sel):
@@ -318,5 +348,5 @@ class SeqFetcher(wiring.Component):
                                         m.next = "STEP"
                     with m.Else():
                         m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_lit.eq(nt_lit), t_off.eq(nt_off),
-                                     rem.eq(rem - run), lane.eq(lane + run)]
+                                     t_rlit.eq(nt_rlit), rem.eq(rem - run), lane.eq(lane + run)]
         return m

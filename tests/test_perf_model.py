@@ -281,3 +281,73 @@ def test_command_rate_is_a_bus_parameter():
     shapes = LayerShapes.of([Layer(name="fc", kind="fc", R=1, P=256, C=64)])
     mode = next(iter(modes_of(np.array([[8]]), np.array([[8]]), shapes, (0,), free, DEFAULT_TIMING).values()))
     assert mode.costs.bus.command_cycles == 0.0
+
+
+def test_two_walker_and_gather_what_ifs_price_the_fetch_as_documented():
+    """`Bus.walkers` / `Bus.gather` (benchmarks/peak_gap.py's what-ifs, docs/dse.md): with ports that
+    never bind, one walker pays the weight commands plus the input commands, two walkers the longer of
+    the two; with commands free both pay the same beats; gather cuts an input row's commands to one a
+    step where its runs cross kernel taps (TPk = 27 against cin = 64) and leaves a layer without
+    crossings alone. The RTL's bus (1 walker, no gather) is the default."""
+    from dataclasses import replace
+
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, layer_costs
+
+    assert (Bus.of_ports(4, 16).walkers, Bus.of_ports(4, 16).gather) == (1, False)
+    wide = Bus.of(1e9, 16, ports=4)                                 # commands bind, beats never do
+    free = replace(Bus.of_ports(4, 16), command_cycles=0.0)        # beats bind, commands never do
+    P, C, taps = np.array(576), np.array(64), 9                    # a 3x3 convolution, cin 64
+    TPk = np.array(27)
+    t, groups = np.array(196), np.array(1)
+
+    def fetch(bus: Bus) -> float:
+        costs = layer_costs(TPk, P, C, taps, bus, DEFAULT_TIMING)
+        return float(costs.fetch(t, costs.tile(np.array(64), groups), groups))
+
+    costs = layer_costs(TPk, P, C, taps, wide, DEFAULT_TIMING)
+    fixed = float(costs.n_p * DEFAULT_TIMING.step_overhead + DEFAULT_TIMING.block_overhead)
+    weights = float(costs.tile(np.array(64), groups).weights)
+    inputs = float(t * costs.in_runs)
+    assert costs.in_runs > costs.n_p                               # some rows cross a tap
+    assert fetch(wide) == pytest.approx(weights + inputs + fixed)
+    assert fetch(replace(wide, walkers=2)) == pytest.approx(max(weights, inputs) + fixed)
+    assert fetch(replace(wide, walkers=2, gather=True)) == pytest.approx(
+        max(weights, float(t * costs.n_p)) + fixed)
+    assert fetch(replace(free, walkers=2)) == pytest.approx(fetch(free))
+    one_tap = layer_costs(TPk, np.array(540), C, 1, wide, DEFAULT_TIMING)   # no crossings: gather changes nothing
+    tile = one_tap.tile(np.array(64), groups)
+    assert float(replace(one_tap, bus=replace(wide, gather=True)).fetch(t, tile, groups)) == pytest.approx(
+        float(one_tap.fetch(t, tile, groups)))
+
+
+GEOMETRIES = [  # (descriptor fields, TPk, whether crossings merge): first-layer, padded, unpadded, one-row
+    (dict(in_h=16, in_w=16, cin=3, out_h=8, out_w=8, cout=8, kh=7, kw=7, sh=2, sw=2, ph=3, pw=3), 14, True),
+    (dict(in_h=5, in_w=5, cin=6, out_h=5, out_w=5, cout=4, kh=3, kw=3, ph=1, pw=1), 4, True),
+    (dict(in_h=4, in_w=4, cin=64, out_h=2, out_w=2, cout=4, kh=3, kw=3), 27, True),
+    (dict(in_h=3, in_w=9, cin=5, out_h=3, out_w=9, cout=4, kh=1, kw=7, ph=0, pw=3), 8, True),
+    (dict(in_h=9, in_w=3, cin=5, out_h=9, out_w=3, cout=4, kh=7, kw=1, ph=3, pw=0), 8, False),   # one column
+]
+
+
+@pytest.mark.parametrize("fields,TPk,merges", GEOMETRIES)
+def test_closed_form_input_commands_are_the_exact_walks(fields, TPk, merges):
+    """The DSE's closed form for a row's read commands over all steps (one a step, plus the kernel rows'
+    ends inside steps, plus every other tap crossing for the rows whose window reaches into the padding:
+    `layer_costs` with `kw` and `edge`) is the mean of the exact walk of hw/seq_fetcher.py's cuts
+    (`im2col_row_reads`); it has fewer commands than one run a tap wherever a kernel row has taps to
+    merge, and a step's first row, read one run a tap, never costs less than the others."""
+    from fluidnpu.dse.perf_model import im2col_edge, im2col_inside, im2col_row_reads, layer_costs
+    from fluidnpu.hw.descriptor import LayerDescriptor
+
+    g = LayerDescriptor(layer=0, **fields)
+    bus = Bus.of(PORT64)
+    shape = ((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
+
+    def costs(kw: int, edge: float):
+        return layer_costs(np.int64(TPk), np.int64(g.P), np.int64(g.cout), g.kh * g.kw, bus, EngineTiming(),
+                           R=g.npix, inside=im2col_inside(*shape), kw=kw, edge=edge)
+    _, _, commands, first_extra = im2col_row_reads(g, TPk, bus)
+    merged, taps = costs(g.kw, im2col_edge(*shape)), costs(1, 0.0)      # kw = 1: every crossing a run
+    assert float(merged.in_runs) == pytest.approx(commands)
+    assert (float(merged.in_runs) < float(taps.in_runs)) == merges
+    assert first_extra >= 0 and float(merged.first_extra) >= 0 and float(taps.first_extra) == 0

@@ -278,7 +278,7 @@ def test_whole_npu_on_both_families_within_five_percent(name):
 
 def test_same_engine_on_both_families():
     """The model prices an engine the same on xc7 and xcup: measured, the six EngineCore twins (plain and
-    Stackable PEs, 32-128 MACs) map to the same FFs and DSPs on both families and to LUTs within 2.5 %
+    Stackable PEs, 32-128 MACs) map to the same FFs and DSPs on both families and to LUTs within 5 %
     (docs/figures/resources/xcup_engines.json, DSP48E2s packed as hw/synth.py packs them); with 64-bit
     ports the family adds nothing to a design's LUTs or FFs."""
     from fluidnpu.dse.resource_model import wide_port_logic
@@ -288,7 +288,7 @@ def test_same_engine_on_both_families():
         (tp, tc, st) for tp, tc in ((4, 8), (16, 8), (8, 16)) for st in (False, True)}
     for r in doc["rows"]:
         assert r["xcup_ff"] == r["xc7_ff"] and r["xcup_dsp"] == r["xc7_dsp"] == r["TP"] * r["TC"], r
-        assert abs(r["xcup_lut"] / r["xc7_lut"] - 1) <= 0.025, r
+        assert abs(r["xcup_lut"] / r["xc7_lut"] - 1) <= 0.05, r
     assert wide_port_logic(64, 4, 32) == (0, 0) and wide_port_logic(128, 4, 32)[0] > 0
     zc706, zcu104 = load_board("zc706"), load_board("zcu104")
     a = design_resources(2048, 8, 16, zc706, 8, 54, True, banks=2, ports=4)
@@ -334,3 +334,14 @@ def test_skew_register_bits_are_the_rtls(TP, TC, NB, stackable):
             bits += int(m.group(2)) - int(m.group(3)) + 1 if m.group(1) else 1
     assert bits > 0
     assert skew_bits(np.array(TP), np.array(TC), NB, stackable) == bits
+
+
+def test_plain_and_stackable_twins_are_priced_within_five_percent():
+    """`lut_per_stack_pair` is measured, not fitted: the six EngineCore twins of
+    docs/figures/resources/xcup_engines.json (benchmarks/synth_family.py, the DSP-cascade RTL) are what
+    hold it. Each engine, plain or Stackable, is priced within 5 % of Yosys's xc7 LUTs and FFs."""
+    doc = json.loads((CALIBRATION.parent / "xcup_engines.json").read_text())
+    for r in doc["rows"]:
+        lut, ff = engine_logic(np.array(r["TP"]), np.array(r["TC"]), 8, r["stackable"], banks=r["NB"])
+        assert abs(float(lut) / r["xc7_lut"] - 1) <= 0.05, r
+        assert abs(float(ff) / r["xc7_ff"] - 1) <= 0.05, r
