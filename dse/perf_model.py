@@ -398,9 +398,9 @@ class LayerCosts:
             in_row, zero_row = b.stream(self.in_beats, runs), b.stream(runs, runs)
             return t * (groups * in_row - pad * (in_row - zero_row))
 
+        if bus.walkers == 1 and not bus.gather:     # the RTL: the row costs priced once in layer_costs
+            return tile.weights + t * (groups * self.in_row - pad * (self.in_row - self.zero_row)) + fixed
         if bus.walkers == 1:
-            if not bus.gather:
-                return tile.weights + t * (groups * self.in_row - pad * (self.in_row - self.zero_row)) + fixed
             return tile.weights + rows(bus) + fixed
         commands = replace(bus, bytes_per_cycle=1e12 * bus.port_bytes)        # commands only
         beats = replace(bus, command_cycles=0.0)                               # beats only
@@ -511,18 +511,23 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
                       first_extra=bus.stream(beats(tap_runs), tap_runs) - in_row)
 
 
+def _conv_shape(layer) -> tuple | None:
+    """A workload Layer's convolution geometry as `im2col_*` take it; None for FC and matmul layers."""
+    if getattr(layer, "kind", "conv") != "conv":
+        return None
+    return layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation
+
+
 def layer_edge(layer) -> float:
     """`im2col_edge` of a workload Layer (0.0 for FC and matmul layers)."""
-    if getattr(layer, "kind", "conv") != "conv":
-        return 0.0
-    return im2col_edge(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
+    shape = _conv_shape(layer)
+    return 0.0 if shape is None else im2col_edge(*shape)
 
 
 def layer_inside(layer) -> float:
     """`im2col_inside` of a workload Layer (1.0 for FC and matmul layers)."""
-    if getattr(layer, "kind", "conv") != "conv":
-        return 1.0
-    return im2col_inside(layer.in_hw, layer.out_hw, layer.kernel, layer.stride, layer.pads, layer.dilation)
+    shape = _conv_shape(layer)
+    return 1.0 if shape is None else im2col_inside(*shape)
 
 
 def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float, float]:

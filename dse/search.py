@@ -192,8 +192,7 @@ def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Seque
              timing: EngineTiming) -> dict[int, ModeCosts]:
     """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
     layer_cycles sees it (words of the engine's timing)."""
-    bus = Bus.of(bus.bytes_per_cycle, bus.port_bytes, timing.word_bytes, bus.ports, bus.command_cycles,
-                 bus.walkers, bus.gather)
+    bus = replace(bus, word_bytes=timing.word_bytes)
     return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside,
                           kw=shapes.kw, edge=shapes.edge)
             for k in k_codes}

@@ -15,7 +15,7 @@ from hypothesis import strategies as hs
 from fluidnpu.dse.perf_model import layer_edge, layer_inside
 from fluidnpu.dse.resource_model import feasible_designs, max_tr
 from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_tc, evaluate_design, explore,
-                                 unique_layers)
+                                 layer_kw, unique_layers)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import bank_choices, k_codes, packs_groups
@@ -54,8 +54,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
                             cands.append(schedule_cycles(sched, layer.P, layer.groups, bus.bytes_per_cycle,
                                                          taps=taps, port_bytes=bus.port_bytes,
                                                          inside=layer_inside(layer), ports=bus.ports,
-                                                         kw=layer.kernel[1] if layer.kind == "conv" else 1,
-                                                         edge=layer_edge(layer)))
+                                                         kw=layer_kw(layer), edge=layer_edge(layer)))
                         total += min(cands)
                     score += 2.0 * b * workload.total_macs * clock * 1e6 / total / 1e9
                 if score > best[0] * (1 + 1e-12):
