@@ -19,8 +19,8 @@ RTL change is worth before it is built (e.g. overlapping a layer's prologue with
 layer's drain). The parts sum to the DSE's own cycle counts (checked on every run).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
-run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: two DMA commands a cycle,
-a weight and an input walker side by side, and those with one command per input row) and reports
+run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
+command stream, walkers of two commands a cycle each, and one command per input row) and reports
 each pick's share of the board peak at every b.
 
     .venv/bin/python benchmarks/peak_gap.py --out docs/figures     # peak_gap.json and peak_gap.png
@@ -95,10 +95,10 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
 
 
 WHAT_IFS: dict[str, dict[str, Any]] = {
-    "the RTL (one command stream, one command a run)": {},
-    "2 DMA commands a cycle": {"command_cycles": 0.5},
-    "two walkers (weights and inputs side by side)": {"walkers": 2},
-    "two walkers + one command per input row (gather)": {"walkers": 2, "gather": True},
+    "the RTL (two walkers side by side, one command a run)": {},
+    "one walker (the wave-3b RTL: weights, then inputs, on one stream)": {"walkers": 1},
+    "two walkers, each 2 commands a cycle": {"command_cycles": 0.5},
+    "two walkers + one command per input row (gather)": {"gather": True},
 }
 """Control units the re-picked what-ifs price: `Bus` fields over the RTL's (dse/perf_model.py)."""
 

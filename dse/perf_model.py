@@ -29,6 +29,7 @@ space in one call.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
 from typing import Union
 
@@ -60,6 +61,8 @@ class EngineTiming:
     proxy") are priced where the RTL adds them: the requantiser's stage adds 1
     to fill_base (6 -> 7), the read-command slice 1 to dma_latency (6 -> 7:
     every read's trip) and 1 to layer_overhead (the descriptor's read), the
+    DMA's per-port command slices of the two walkers another 1 to dma_latency
+    (7 -> 8; hw/dma.py, `read_streams=2`), the
     write-command slice 1 to layer_overhead (the last write; 15 -> 17 in all);
     the response skid buffer adds none (it passes a response in the cycle it
     comes while the loader takes it).
@@ -69,7 +72,7 @@ class EngineTiming:
     fill_base: int = 7
     layer_overhead: int = 18
     step_overhead: int = 0
-    dma_latency: int = 7
+    dma_latency: int = 8
     block_overhead: int = 1
     pass_overhead: int = 1
 
@@ -102,12 +105,15 @@ class TileCosts:
     """What a column tile of w weight columns costs to move, computed once per layer."""
 
     w: np.ndarray
-    weights: np.ndarray        # all P weight rows + the tile's bias
-    first_weights: np.ndarray  # the first step's weight rows + bias
+    weights: np.ndarray        # all P weight rows + the tile's bias, on one command stream (cycles)
     out_row: np.ndarray        # one output row of one group (the writer's command)
     row_beats: np.ndarray      # beats of one weight row's first copy (one DMA command, on one port)
     copies_beats: np.ndarray   # beats of one weight row's copies, one per group (that many commands)
     last_copy_beats: np.ndarray  # beats of the last group's copy, the longest (w * groups words)
+    weight_cmds: np.ndarray = 0.0       # `weights`' commands alone (cycles at the command rate) ...
+    weight_beats: np.ndarray = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
+    first_weight_cmds: np.ndarray = 0.0  # the same of the first step's weight rows + bias
+    first_weight_beats: np.ndarray = 0.0
 
 
 def astuple_shallow(tile: TileCosts) -> tuple[np.ndarray, ...]:
@@ -139,10 +145,12 @@ class Bus:
     command_cycles: float = 1.0
     """Cycles per DMA command: the fetcher issues, and the loader takes, one a cycle (0: the what-if of
     a control unit without that limit, benchmarks/peak_gap.py)."""
-    walkers: int = 1
-    """1: the RTL, whose fetcher issues a step's weight reads and then its input reads on one command
-    stream. 2: the what-if (benchmarks/peak_gap.py) of a weight walker and an input walker issuing side
-    by side, the loader taking a response of each a cycle (`LayerCosts.fetch`)."""
+    walkers: int = 2
+    """2: the RTL, whose weight walker and input walker issue side by side on two command streams,
+    the DMA dealing a command of each a cycle and the loader taking a response of each a cycle
+    (`LayerCosts.fetch`; docs/hw-architecture.md, "Two walkers"). 1: the what-if
+    (benchmarks/peak_gap.py) of the wave-3b fetcher, a step's weight reads and then its input reads
+    on one command stream."""
     gather: bool = False
     """False: the RTL, one DMA command per im2col run (a kernel row's piece of a step, or a tap where
     the row meets the padding's edge, `layer_costs`). True: the what-if of a command that gathers all
@@ -150,7 +158,7 @@ class Bus:
 
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
-           ports: int = 0, command_cycles: float = 1.0, walkers: int = 1, gather: bool = False) -> "Bus":
+           ports: int = 0, command_cycles: float = 1.0, walkers: int = 2, gather: bool = False) -> "Bus":
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
                    word_bytes, ports, command_cycles, walkers, gather)
 
@@ -219,7 +227,14 @@ class LayerCosts:
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
     skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
     depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`regmap.mode_depth`)
-    first_extra: ArrayLike = 0.0  # a block's first rows of its steps, read one run a tap, beyond in_row
+    first_beats: ArrayLike = 0.0  # a block's first rows of its steps, read one run a tap: beats and
+    first_runs: ArrayLike = 0.0   # commands beyond in_beats and in_runs (`layer_costs`)
+
+    @property
+    def first_extra(self) -> np.ndarray:
+        """Read cycles of a block's first rows of its steps beyond `in_row`, on one command stream."""
+        runs = np.asarray(self.in_runs)
+        return self.bus.stream(np.asarray(self.in_beats) + self.first_beats, runs + self.first_runs) - self.in_row
 
     @property
     def zero_row(self) -> np.ndarray:
@@ -227,16 +242,22 @@ class LayerCosts:
         response and no beat (hw/sequencer.py's fetcher, `rd_cmd_zero`)."""
         return self.bus.stream(self.in_runs, self.in_runs)
 
-    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike) -> np.ndarray:
+    def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike,
+                 copies: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`rows` weight rows of w words (row pitch C) plus the tile's int32 bias, for `groups`
-        sample groups side by side. Every group's copy is a read of its own (the core has no
-        replication network, docs/hw-architecture.md): group q reads the row q*w words early
-        (a packed pass has w = C = cw), (q + 1)*w words, so a row costs G reads of
-        w*G(G+1)/2 words in all; the bias likewise, one set of chunk reads per group."""
+        sample groups side by side: (cycles on one command stream, commands alone, beats alone), each
+        in cycles. Every group's copy is a read of its own (the core has no replication network,
+        docs/hw-architecture.md): group q reads the row q*w words early (a packed pass has w = C =
+        cw), (q + 1)*w words, so a row costs G reads of w*G(G+1)/2 words in all; the bias likewise,
+        one set of chunk reads per group (`copies`: `_bias_copies`, on the ports)."""
+        bus = self.bus
         g = np.asarray(groups)
         rows = np.asarray(rows)
-        weights = self.bus.cycles(rows * w * g * (g + 1) // 2, rows * g, grain)
-        return weights + self.bus.cycles(2 * w, 1, 2 * w) + self._bias_copies(w, g)
+        reads = rows * g
+        row_beats = bus.beats(rows * w * g * (g + 1) // 2, reads, grain)
+        bias_beats = bus.beats(2 * w, 1, 2 * w)
+        cycles = bus.stream(row_beats, reads) + bus.stream(bias_beats, 1) + copies
+        return cycles, (reads + 1) * bus.command_cycles, (row_beats + bias_beats) * bus.beat_cycles + copies
 
     def _bias_copies(self, w: np.ndarray, groups: np.ndarray) -> np.ndarray:
         """Reads of groups q >= 1's bias, beat for beat (hw/sequencer.py, state BIAS): group q's
@@ -270,10 +291,12 @@ class LayerCosts:
         wpb = self.bus.words_per_beat
         grain = np.minimum(self.C & -self.C, w & -w) if wpb & (wpb - 1) == 0 else np.gcd(self.C, w)
         g = np.asarray(groups)
-        return TileCosts(w, self._weights(self.P, w, grain, groups),
-                         self._weights(np.minimum(self.TPk, self.P), w, grain, groups),
-                         np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain),
-                         self.bus.beats(w * g * (g + 1) // 2, g, grain), self.bus.beats(w * g, 1, grain))
+        copies = self._bias_copies(w, g)
+        weights, cmds, beats = self._weights(self.P, w, grain, g, copies)
+        _, first_cmds, first_beats = self._weights(np.minimum(self.TPk, self.P), w, grain, g, copies)
+        return TileCosts(w, weights, np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain),
+                         self.bus.beats(w * g * (g + 1) // 2, g, grain), self.bus.beats(w * g, 1, grain),
+                         cmds, beats, first_cmds, first_beats)
 
     def port_skew(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Cycles by which a step's last response follows its command stream, on several ports.
@@ -297,27 +320,44 @@ class LayerCosts:
         d_weights, d_inputs = self._skew_terms(t, tile, groups)
         return np.maximum(np.maximum(d_weights, d_inputs), 0.0)
 
-    def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        """`port_skew` before its max: (last weight row in + m, last input run out) - stream. Each is
-        linear minus convex in t (m, c and the beats grow linearly with t), so concave in t."""
-        n = self.bus.n_ports
-        pc = self.bus.port_cycles
+    def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike,
+                    concave: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """`port_skew` before its max: (last weight row in + the input runs after it, last input run out)
+        - stream. With `concave` each is linear minus convex in t (m, c and the beats grow linearly with
+        t), so concave in t, and no larger than without."""
+        bus = self.bus
+        n = bus.n_ports
+        pc = bus.port_cycles
         m, beats_in = self._step_inputs(t, groups)
         b_in = beats_in * pc                                                  # cycles of one on its port
-        g = np.asarray(groups)
+        g = groups
         n_w = self.TPk * g                                                     # weight commands a step
         b_last = tile.last_copy_beats * pc
         b_port = np.where(n % g == 0, b_last, tile.copies_beats / g * pc)
-        c = n_w + m
         last_w = np.maximum(n_w - 1 + b_last, (n_w - 1) % n + _ceil_div(n_w, n) * b_port)
-        stream = self.bus.stream(self.TPk * tile.copies_beats + m * beats_in, c)
-        return last_w + m - stream, c - 1 + b_in - stream
+        beats = self.TPk * tile.copies_beats + m * beats_in
+        if self.bus.walkers == 1:
+            c = n_w + m
+            stream = self.bus.stream(beats, c)
+            return last_w + m - stream, c - 1 + b_in - stream
+        # two walkers: the step's m input runs are dealt beside its n_w weight copies; in the ports' one
+        # order the last weight copy's response is followed by the input runs dealt after it, one a
+        # cycle: m - n_w of them, and at least one (the step's hand-over follows its last response)
+        # (`concave`: m - n_w as is, a lower bound that is concave in t, for `port_skew_floor`)
+        after = m - n_w if concave else np.maximum(m - n_w, 1)
+        stream = np.maximum(np.maximum(n_w + 1, m) * self.bus.command_cycles, beats * self.bus.beat_cycles)
+        return last_w + after - stream, m - 1 + b_in - stream
 
     def _step_inputs(self, t: ArrayLike, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(input runs a step for `groups` groups of t rows, beats of one run)."""
+        runs_per_step, beats_per_run = self._run_terms
+        return t * groups * runs_per_step, beats_per_run
+
+    @functools.cached_property
+    def _run_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(an input row's runs a step, beats of one run): `_step_inputs`' per-layer part."""
         in_runs = np.asarray(self.in_runs, dtype=float)
-        m = np.asarray(t) * np.asarray(groups) * in_runs / self.n_p
-        return m, np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9)
+        return in_runs / self.n_p, np.asarray(self.in_beats) / np.maximum(in_runs, 1e-9)
 
     def busiest_port(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray | None:
         """Cycles a step keeps its busiest port busy where the round-robin deal repeats every step
@@ -333,6 +373,12 @@ class LayerCosts:
         g = np.asarray(groups)
         if n == 1 or not self.skew or not np.any(g > 1):
             return None
+        if self.bus.walkers == 2:
+            # two walkers: the DMA starts each layer's deal at port 0 (`rd_restart`), and a pair of reads
+            # split by a busy port shifts the rest of the deal, which spreads the long copies: the packed
+            # FC step above loads its busiest port 7.1 beats a step against an even share of 6.8
+            # (docs/rtl-agreement.md), so the even share `fetch` charges stands
+            return None
         m, b_in = self._step_inputs(t, g)
         per_group = m / g                                                      # input runs a group
         repeats = (g > 1) & (n % g == 0) & np.isclose(per_group, np.rint(per_group))
@@ -340,16 +386,37 @@ class LayerCosts:
         return np.where(repeats, beats * self.bus.port_cycles / n, 0.0)
 
     def port_skew_floor(self, t_lo: ArrayLike, t_hi: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
-        """A lower bound on `port_skew` at every t in [t_lo, t_hi], equal to it at t_lo == t_hi: each
-        concave term is smallest at an end of the range (the DSE's bound on the prologue)."""
+        """A lower bound on `port_skew` at every t in [t_lo, t_hi]: each of its concave terms
+        (`_skew_terms(concave=True)`) is smallest at an end of the range (the DSE's bound on the
+        prologue)."""
         if self.bus.n_ports == 1:
             return np.zeros(np.broadcast(np.asarray(t_lo), np.asarray(t_hi), np.asarray(groups), self.n_p).shape)
-        (w_lo, i_lo), (w_hi, i_hi) = self._skew_terms(t_lo, tile, groups), self._skew_terms(t_hi, tile, groups)
+        (w_lo, i_lo), (w_hi, i_hi) = (self._skew_terms(x, tile, groups, concave=True) for x in (t_lo, t_hi))
         return np.maximum(np.maximum(np.minimum(w_lo, w_hi), np.minimum(i_lo, i_hi)), 0.0)
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
-        return tile.first_weights + (np.asarray(t) * groups * self.in_row + self.first_extra) / self.n_p
+        t, groups = np.asarray(t), np.asarray(groups)
+        rows = t * groups / self.n_p
+        in_cmds = (rows * np.asarray(self.in_runs) + self.first_runs / self.n_p) * self.bus.command_cycles
+        in_beats = (rows * np.asarray(self.in_beats) + self.first_beats / self.n_p) * self.bus.beat_cycles
+        return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1)
+
+    def _walk(self, w_cmds: ArrayLike, w_beats: ArrayLike, in_cmds: ArrayLike, in_beats: ArrayLike,
+              steps: ArrayLike) -> np.ndarray:
+        """Cycles the fetcher takes to issue `steps` steps' reads: weight and input commands (in cycles
+        at the command rate) and their beats (in cycles on the ports).
+
+        Two walkers (the RTL): the longer command stream or the beats of both, whichever binds; the
+        weight walker's stream pays a cycle a step, as the next step starts only in the cycle after
+        it has finished (hw/seq_fetcher.py). Every step of a block has the same
+        rows, so the sum over steps of the longer stream is the longer of the sums (the first step's
+        bias and first rows aside). One walker (`Bus.walkers` = 1, a what-if): the commands and the
+        beats of both in one stream."""
+        beats = w_beats + in_beats
+        if self.bus.walkers == 1:
+            return np.maximum(w_cmds + in_cmds, beats)
+        return np.maximum(np.maximum(w_cmds + steps * self.bus.command_cycles, in_cmds), beats)
 
     def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0) -> np.ndarray:
@@ -379,36 +446,29 @@ class LayerCosts:
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0) -> np.ndarray:
         """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
-        the first) and input rows, one command a cycle and the ports' beats, plus the steps' first rows
-        read one run a tap (`first_extra`) and the step and block overheads.
-
-        With `Bus.walkers` = 2 (a what-if, not the RTL) the weight and the input commands are two
-        streams side by side that share the ports: the block takes the longer command stream or the
-        beats of both, whichever binds. Every step of a block has the same rows, so the sum over steps
-        of the longer stream is the longer of the sums (the first step's bias aside). With
-        `Bus.gather` (a what-if too) a step's input row is one command however many runs it has."""
-        t, groups, pad = np.asarray(t), np.asarray(groups), np.asarray(pad)
+        the first) on the weight walker's stream and its input rows on the input walker's, as `_walk`
+        prices them, plus the steps' first rows read one run a tap (`first_runs`, `first_beats`) and
+        the step and block overheads. With `Bus.gather` (a what-if) a step's input row is one command
+        however many runs it has."""
         tm = self.timing
+        fixed = self.n_p * tm.step_overhead + tm.block_overhead + extra
+        runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
+        # a short group's padding rows are zero fills: one response a run, no beat
+        tg = t * groups
+        in_cmds = tg * runs_c + first_c
+        beats = tg * beats_c - t * pad * pad_c + first_b
+        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p) + fixed
+
+    @functools.cached_property
+    def _row_terms(self) -> tuple[np.ndarray, ...]:
+        """`fetch`'s per-row terms in cycles: an input row's commands and beats, what a padding row
+        saves in beats, a block's first rows' extra commands and beats (none with `Bus.gather`)."""
         bus = self.bus
-        first_rows = 0.0 if bus.gather else self.first_extra
-        fixed = self.n_p * tm.step_overhead + tm.block_overhead + np.asarray(extra) + first_rows
-        runs = np.minimum(self.in_runs, self.n_p) if bus.gather else self.in_runs
-
-        def rows(b: Bus) -> np.ndarray:
-            in_row, zero_row = b.stream(self.in_beats, runs), b.stream(runs, runs)
-            return t * (groups * in_row - pad * (in_row - zero_row))
-
-        if bus.walkers == 1 and not bus.gather:     # the RTL: the row costs priced once in layer_costs
-            return tile.weights + t * (groups * self.in_row - pad * (self.in_row - self.zero_row)) + fixed
-        if bus.walkers == 1:
-            return tile.weights + rows(bus) + fixed
-        commands = replace(bus, bytes_per_cycle=1e12 * bus.port_bytes)        # commands only
-        beats = replace(bus, command_cycles=0.0)                               # beats only
-
-        def weights(b: Bus) -> np.ndarray:
-            return replace(self, bus=b).tile(tile.w, groups).weights
-
-        return np.maximum(np.maximum(weights(commands), rows(commands)), weights(beats) + rows(beats)) + fixed
+        runs = np.minimum(self.in_runs, self.n_p) if bus.gather else np.asarray(self.in_runs, dtype=float)
+        in_beats = np.asarray(self.in_beats, dtype=float)
+        first_runs, first_beats = (0.0, 0.0) if bus.gather else (self.first_runs, self.first_beats)
+        return (runs * bus.command_cycles, in_beats * bus.beat_cycles, (in_beats - runs) * bus.beat_cycles,
+                np.asarray(first_runs) * bus.command_cycles, np.asarray(first_beats) * bus.beat_cycles)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """The layer's first step is fetched before anything can compute."""
@@ -508,7 +568,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     depth = mode_depth(TPk, KCode.K1) if depth is None else depth
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing,
                       bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth),
-                      first_extra=bus.stream(beats(tap_runs), tap_runs) - in_row)
+                      first_beats=beats(tap_runs) - in_beats, first_runs=tap_runs - runs)
 
 
 def _conv_shape(layer) -> tuple | None:
@@ -542,9 +602,9 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float,
     its actual beats at its actual alignment, or one response for a zero-fill
     run in the padding. This replaces the average-alignment estimate where
     the geometry is known (the RTL testbenches); the DSE uses the estimate.
-    Returns (cycles, beats, commands, first-row extra), each per row
-    (`LayerCosts.in_row`, `in_beats`, `in_runs`, `first_extra`): the last is
-    what a row read one run a tap (each step's first row) costs beyond that.
+    Returns (cycles, beats, commands, first-row extra, its beats, its commands), each per row
+    (`LayerCosts.in_row`, `in_beats`, `in_runs`, `first_extra`, `first_beats`, `first_runs`): the
+    last three are what a row read one run a tap (each step's first row) costs beyond that.
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
@@ -580,7 +640,7 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float,
     beats = float(np.where(window_in, merged, taps).mean())
     cmds = float(np.where(window_in, n_pieces, n_taps).mean())
     in_row = float(bus.stream(beats, cmds))
-    return in_row, beats, cmds, float(bus.stream(beats_t, cmds_t)) - in_row
+    return in_row, beats, cmds, float(bus.stream(beats_t, cmds_t)) - in_row, beats_t - beats, cmds_t - cmds
 
 
 def im2col_edge(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -638,9 +698,9 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
-        in_row, in_beats, in_runs, first_extra = im2col_row_reads(geometry, int(TPk), bus)
+        in_row, in_beats, in_runs, _, first_beats, first_runs = im2col_row_reads(geometry, int(TPk), bus)
         costs = replace(costs, in_row=np.asarray(in_row), in_beats=in_beats, in_runs=in_runs,
-                        first_extra=first_extra)
+                        first_beats=first_beats, first_runs=first_runs)
     nct = _ceil_div(C, TCk)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)

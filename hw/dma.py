@@ -39,6 +39,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .axi import AXI_BURST_INCR, AXI_RESP_OKAY, axi4_signature, m_axi_name
+from .stream_slice import StreamSlice
 
 PAGE_BYTES = 4096
 """AXI bursts must not cross this boundary."""
@@ -417,14 +418,37 @@ class AxiDma(wiring.Component):
     a register, so they still depend on registers only. `idle`: every port idle;
     `error`: any port's. Write commands to different ports complete in no fixed
     order: `wr_idle` (all B responses in) is what orders writes before later reads.
+
+    `read_streams` = 2 adds a second read stream (`rd_cmd1`/`rd_rsp1`): the control
+    unit's weight and input walkers issue side by side (docs/hw-architecture.md, "Two
+    walkers"). Both streams share the one round-robin order: in a cycle one stream's
+    command goes to the next port and the other's to the port after it, so up to two
+    commands a cycle are taken (one on a single port). Which stream goes first swaps
+    each time the deal wraps round an even number of ports, so that neither stream's
+    beats keep to half of the ports. A caller that needs an order between the two
+    streams (the Sequencer: a step's reads before the next step's) presents a read
+    only once the reads it must follow are taken. Each command
+    carries its stream in a tag bit of its own through the port; the merger takes the
+    next response in that order and, in the same cycle, the one after it where it
+    belongs to the other stream, so up to two responses a cycle leave, each stream
+    still in its own command order. Each port takes its reads through a forward
+    register slice, so the deal's multiplexers end at a register (+1 cycle a read). The second one's `valid` depends on the first's
+    `ready` (it may only leave behind it): the Sequencer's skid buffers make both
+    readies registers. `rd_restart` (only while no read is in flight) starts the
+    deal over at port 0, stream 0 first: the NPU pulses it at each layer's start,
+    so a layer's reads land on the ports the same way whatever ran before (the
+    performance model deals a packed layer's steps from there, `dealt_port_beats`).
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
-                 max_outstanding: int = 8, id_width: int = 1, ports: int = 1):
+                 max_outstanding: int = 8, id_width: int = 1, ports: int = 1, read_streams: int = 1):
         if ports < 1:
             raise ValueError(f"ports must be >= 1, not {ports}")
-        self.ports = ports
-        self.reads = [ReadEngine(addr_width, data_width, nmax, tag_width, max_outstanding, id_width)
+        if read_streams not in (1, 2):
+            raise ValueError(f"read_streams must be 1 or 2, not {read_streams}")
+        self.ports, self.read_streams, self.tag_width = ports, read_streams, tag_width
+        engine_tag = tag_width + (read_streams - 1)          # + the stream bit, on top
+        self.reads = [ReadEngine(addr_width, data_width, nmax, engine_tag, max_outstanding, id_width)
                       for _ in range(ports)]
         self.writes = [WriteEngine(addr_width, data_width, nmax, max_outstanding, id_width) for _ in range(ports)]
         axi = {m_axi_name(i): Out(axi4_signature(addr_width, data_width, id_width)) for i in range(ports)}
@@ -432,6 +456,9 @@ class AxiDma(wiring.Component):
             **axi,
             "rd_cmd": In(stream.Signature(read_cmd_layout(addr_width, nmax, tag_width))),
             "rd_rsp": Out(stream.Signature(read_rsp_layout(nmax, tag_width))),
+            **({"rd_cmd1": In(stream.Signature(read_cmd_layout(addr_width, nmax, tag_width))),
+                "rd_rsp1": Out(stream.Signature(read_rsp_layout(nmax, tag_width))),
+                "rd_restart": In(1)} if read_streams == 2 else {}),
             "rd_error": Out(1),
             "rd_idle": Out(1),
             "wr_cmd": In(stream.Signature(write_cmd_layout(addr_width, nmax))),
@@ -456,36 +483,134 @@ class AxiDma(wiring.Component):
             m.submodules[f"read{i}"] = rd
             m.submodules[f"write{i}"] = wr
             connect_axi4_master(m, self.m_axi(i), read=rd.axi, write=wr.axi)
+        held = self._deal_two_streams(m) if self.read_streams == 2 else []     # reads in the ports' slices
         m.d.comb += [self.rd_error.eq(Cat(rd.error for rd in self.reads).any()),
-                     self.rd_idle.eq(Cat(rd.idle for rd in self.reads).all()),
+                     self.rd_idle.eq(Cat(*(rd.idle for rd in self.reads), *(~b for b in held)).all()),
                      self.wr_error.eq(Cat(wr.error for wr in self.writes).any()),
                      self.wr_idle.eq(Cat(wr.idle for wr in self.writes).all())]
         if n == 1:
-            wiring.connect(m, wiring.flipped(self.rd_cmd), self.reads[0].cmd)
-            wiring.connect(m, self.reads[0].rsp, wiring.flipped(self.rd_rsp))
+            if self.read_streams == 1:
+                wiring.connect(m, wiring.flipped(self.rd_cmd), self.reads[0].cmd)
+                wiring.connect(m, self.reads[0].rsp, wiring.flipped(self.rd_rsp))
             wiring.connect(m, wiring.flipped(self.wr_cmd), self.writes[0].cmd)
             return m
+        if self.read_streams == 1:
+            self._deal_one_stream(m)
+        wr_next = Signal(range(n))
+        for i, wr in enumerate(self.writes):
+            m.d.comb += [wr.cmd.payload.eq(self.wr_cmd.payload), wr.cmd.valid.eq(self.wr_cmd.valid & (wr_next == i))]
+        m.d.comb += self.wr_cmd.ready.eq(Array(wr.cmd.ready for wr in self.writes)[wr_next])
+        with m.If(self.wr_cmd.valid & self.wr_cmd.ready):
+            m.d.sync += _advance(wr_next, n)
+        return m
 
-        def advance(ptr):
-            return ptr.eq(Mux(ptr == n - 1, 0, ptr + 1))
-
-        rd_next, rsp_next, wr_next = (Signal(range(n), name=x) for x in ("rd_next", "rsp_next", "wr_next"))
-        for i, (rd, wr) in enumerate(zip(self.reads, self.writes)):
-            m.d.comb += [
-                rd.cmd.payload.eq(self.rd_cmd.payload), rd.cmd.valid.eq(self.rd_cmd.valid & (rd_next == i)),
-                rd.rsp.ready.eq(self.rd_rsp.ready & (rsp_next == i)),
-                wr.cmd.payload.eq(self.wr_cmd.payload), wr.cmd.valid.eq(self.wr_cmd.valid & (wr_next == i)),
-            ]
+    def _deal_one_stream(self, m: Module) -> None:
+        """One read stream over n > 1 ports: command k to port k mod n, responses merged in that order."""
+        n = self.ports
+        rd_next, rsp_next = Signal(range(n), name="rd_next"), Signal(range(n), name="rsp_next")
+        for i, rd in enumerate(self.reads):
+            m.d.comb += [rd.cmd.payload.eq(self.rd_cmd.payload), rd.cmd.valid.eq(self.rd_cmd.valid & (rd_next == i)),
+                         rd.rsp.ready.eq(self.rd_rsp.ready & (rsp_next == i))]
         m.d.comb += [
             self.rd_cmd.ready.eq(Array(rd.cmd.ready for rd in self.reads)[rd_next]),
             self.rd_rsp.valid.eq(Array(rd.rsp.valid for rd in self.reads)[rsp_next]),
             self.rd_rsp.payload.eq(Array(rd.rsp.payload.as_value() for rd in self.reads)[rsp_next]),
-            self.wr_cmd.ready.eq(Array(wr.cmd.ready for wr in self.writes)[wr_next]),
         ]
         with m.If(self.rd_cmd.valid & self.rd_cmd.ready):
-            m.d.sync += advance(rd_next)
+            m.d.sync += _advance(rd_next, n)
         with m.If(self.rd_rsp.valid & self.rd_rsp.ready):
-            m.d.sync += advance(rsp_next)
-        with m.If(self.wr_cmd.valid & self.wr_cmd.ready):
-            m.d.sync += advance(wr_next)
-        return m
+            m.d.sync += _advance(rsp_next, n)
+
+    def _deal_two_streams(self, m: Module) -> list[Signal]:
+        """Two read streams over n ports (see the class docstring): stream 0's command to port
+        `rd_next`, stream 1's to the port after the one stream 0 took (on one port: only when stream 0
+        has none); responses: the head of port `rsp_next` and, of the other stream, the next port's.
+        Returns each port slice's `busy` (a read taken but not yet in its engine)."""
+        n, tw = self.ports, self.tag_width
+        cmds, rsps = (self.rd_cmd, self.rd_cmd1), (self.rd_rsp, self.rd_rsp1)
+        rd_next, rsp_next = Signal(range(n), name="rd_next"), Signal(range(n), name="rsp_next")
+
+        def after(ptr, k):
+            return ptr + k if n == 1 else Mux(ptr + k >= n, ptr + k - n, ptr + k)
+
+        # which stream goes first in a cycle: on an even port count, the one that went second since the
+        # deal last wrapped round the ports, so that neither stream keeps to every other port
+        swap = Signal()
+        first, second = Mux(swap, 1, 0), Mux(swap, 0, 1)
+        cmd_valid = Array(c.valid for c in cmds)
+        cmd_payload = Array(c.payload.as_value() for c in cmds)
+        # each port takes its reads through a forward register slice: the deal's multiplexers end at a
+        # register, not in the engine's burst planning (+1 cycle on every read's trip)
+        slices = [StreamSlice(rd.cmd.payload.shape()) for rd in self.reads]
+        for i, (sl, rd) in enumerate(zip(slices, self.reads)):
+            m.submodules[f"cmd_slice{i}"] = sl
+            wiring.connect(m, sl.o, rd.cmd)
+        port_ready = Array(sl.i.ready for sl in slices)
+        a_valid, a_fire = Signal(), Signal()
+        m.d.comb += [a_valid.eq(cmd_valid[first]), a_fire.eq(a_valid & port_ready[rd_next])]
+        if n == 1:
+            b_ready = port_ready[0] & ~a_valid
+            port_b = rd_next
+        else:
+            port_b = Signal(range(n), name="port_b")
+            m.d.comb += port_b.eq(after(rd_next, a_fire))
+            b_ready = port_ready[port_b]
+        for s, c in enumerate(cmds):
+            m.d.comb += c.ready.eq(Mux(swap == s, port_ready[rd_next], b_ready))
+        b_fire = cmd_valid[second] & b_ready
+        layout = self.reads[0].cmd.payload.shape()
+        a_cmd, b_cmd = (layout(Cat(cmd_payload[x], x)) for x in (first, second))      # + the stream bit
+        for i, sl in enumerate(slices):
+            from_a = a_valid & (rd_next == i)
+            m.d.comb += [sl.i.valid.eq(from_a | (cmd_valid[second] & (port_b == i))),
+                         sl.i.payload.eq(Mux(from_a, a_cmd.as_value(), b_cmd.as_value()))]
+        if n > 1:
+            m.d.sync += rd_next.eq(after(rd_next, a_fire + b_fire))
+            if n % 2 == 0:
+                with m.If(rd_next + a_fire + b_fire >= n):
+                    m.d.sync += swap.eq(~swap)
+
+        # the merge: head A (port rsp_next) leaves if its stream is ready; B (the next port) with it
+        # where B is of the other stream and that stream is ready too
+        layout = self.reads[0].rsp.payload.shape()
+        valid = Array(rd.rsp.valid for rd in self.reads)
+        payload = Array(rd.rsp.payload.as_value() for rd in self.reads)
+        a_valid, a = Signal(name="a_valid"), Signal(layout, name="a")
+        m.d.comb += [a_valid.eq(valid[rsp_next]), a.eq(payload[rsp_next])]
+        a_s = a.tag[tw]
+        ready_of = Array(r.ready for r in rsps)
+        take_a = Signal()
+        m.d.comb += take_a.eq(a_valid & ready_of[a_s])
+        if n > 1:
+            b_port, b_valid, b = Signal(range(n), name="b_port"), Signal(name="b_valid"), Signal(layout, name="b")
+            m.d.comb += [b_port.eq(after(rsp_next, 1)), b_valid.eq(valid[b_port]), b.eq(payload[b_port])]
+            b_s = b.tag[tw]
+            take_b = Signal()
+            m.d.comb += take_b.eq(take_a & b_valid & (b_s != a_s) & ready_of[b_s])
+        for s, r in enumerate(rsps):
+            from_a = a_s == s
+            if n > 1:
+                m.d.comb += r.valid.eq(Mux(from_a, a_valid, take_a & b_valid & (b_s == s)))
+                src = Signal(layout, name=f"src{s}")
+                m.d.comb += src.eq(Mux(from_a, a.as_value(), b.as_value()))
+            else:
+                m.d.comb += r.valid.eq(a_valid & from_a)
+                src = a
+            m.d.comb += [r.payload.data.eq(src.data), r.payload.nwords.eq(src.nwords),
+                         r.payload.tag.eq(src.tag[:tw])]
+        for i, rd in enumerate(self.reads):
+            ready = (rsp_next == i) & ready_of[a_s]
+            if n > 1:
+                ready |= (b_port == i) & take_b
+            m.d.comb += rd.rsp.ready.eq(ready)
+        if n > 1:
+            m.d.sync += rsp_next.eq(after(rsp_next, take_a + take_b))
+        with m.If(self.rd_restart):
+            m.d.sync += [rd_next.eq(0), rsp_next.eq(0), swap.eq(0)]
+        return [sl.busy for sl in slices]
+
+
+def _advance(ptr: Signal, n: int):
+    """`ptr` one on, round the n ports."""
+    return ptr.eq(Mux(ptr == n - 1, 0, ptr + 1))
+

@@ -34,7 +34,8 @@ def control_units(p: NpuParams) -> dict[str, Any]:
     seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=p.banks, bmax=p.bmax, layers=p.layers, nmax=NMAX,
                     stackable=p.stackable)
     return {"seq": seq, "regs": NpuRegisters(p),
-            "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX, tag_width=seq.tag.size, ports=p.axi_ports)}
+            "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX, tag_width=seq.tag.size, ports=p.axi_ports,
+                          read_streams=2)}
 
 
 class Npu(wiring.Component):
@@ -91,6 +92,12 @@ class Npu(wiring.Component):
             seq.rd_rsp_valid.eq(dma.rd_rsp.valid), dma.rd_rsp.ready.eq(seq.rd_rsp_ready | hold),
             seq.rd_rsp_data.eq(dma.rd_rsp.payload.data.as_value()), seq.rd_rsp_tag.eq(dma.rd_rsp.payload.tag),
             seq.rd_error.eq(dma.rd_error),
+            dma.rd_cmd1.valid.eq(seq.in_cmd_valid & ~hold), seq.in_cmd_ready.eq(dma.rd_cmd1.ready),
+            dma.rd_cmd1.payload.addr.eq(seq.in_cmd_addr), dma.rd_cmd1.payload.nwords.eq(seq.in_cmd_nwords),
+            dma.rd_cmd1.payload.zero.eq(seq.in_cmd_zero), dma.rd_cmd1.payload.tag.eq(seq.in_cmd_tag),
+            dma.rd_restart.eq(seq.rd_restart),
+            seq.in_rsp_valid.eq(dma.rd_rsp1.valid), dma.rd_rsp1.ready.eq(seq.in_rsp_ready | hold),
+            seq.in_rsp_data.eq(dma.rd_rsp1.payload.data.as_value()), seq.in_rsp_tag.eq(dma.rd_rsp1.payload.tag),
             dma.wr_cmd.valid.eq(seq.wr_valid & ~hold), seq.wr_ready.eq(dma.wr_cmd.ready),
             dma.wr_cmd.payload.addr.eq(seq.wr_addr), dma.wr_cmd.payload.nwords.eq(seq.wr_nwords),
             dma.wr_cmd.payload.data.eq(seq.wr_data),

@@ -48,6 +48,7 @@ class SeqFetcher(wiring.Component):
         super().__init__({
             "plan": In(plan_layout(TR, TP, TC, NB, bmax)), "go": In(1), "idle": Out(1),
             "rd_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
+            "in_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
             "step": Out(stream.Signature(step_layout(TR))),
             "block": Out(stream.Signature(block_layout(TR, TC, NB))),
             "cfg_g": Out(range(NB + 1)), "core_idle": In(1),
@@ -60,8 +61,8 @@ class SeqFetcher(wiring.Component):
         pl = self.plan
         f = {name: pl.desc[name] for name, *_ in LAYOUT}
         b, BR, BP, nPE, TPk, g, gl, cw, br_src = pl.b, pl.BR, pl.BP, pl.nPE, pl.TPk, pl.g, pl.gl, pl.cw, pl.br_src
-        cmd = self.rd_cmd.payload
-        tag = cmd.tag
+        cmd, icmd = self.rd_cmd.payload, self.in_cmd.payload
+        tag, itag = cmd.tag, icmd.tag
 
         # at most 4 steps and 4 blocks wait for the loader and the writer
         m.submodules.step_fifo = step_fifo = fifo.SyncFIFOBuffered(width=self.step.payload.shape().size, depth=4)
@@ -71,7 +72,8 @@ class SeqFetcher(wiring.Component):
                      self.block.valid.eq(blk_fifo.r_rdy), self.block.payload.eq(blk_fifo.r_data),
                      blk_fifo.r_en.eq(self.block.ready)]
         fetch_done = Signal()
-        m.d.comb += self.idle.eq(fetch_done & (step_fifo.level == 0) & (blk_fifo.level == 0))
+        w_go, w_idle = Signal(), Signal()              # start the weight walker; it has no step
+        m.d.comb += self.idle.eq(fetch_done & w_idle & (step_fifo.level == 0) & (blk_fifo.level == 0))
 
         col0 = Signal(16)
         w = Signal(range(2 * TC + 1))
@@ -87,6 +89,7 @@ class SeqFetcher(wiring.Component):
         p0 = Signal(ROW_BITS)
         nl = Signal(range(2 * TP + 1))
         lane = Signal(range(2 * TP + 1))
+        w_lane = Signal(range(2 * TP + 1))             # the weight walker's row of the step
         rem = Signal(range(2 * TP + 1))
         wrow = Signal(ADDR)
         # every group's copy of a weight row / bias chunk is a read of its own, moved back by
@@ -185,7 +188,8 @@ class SeqFetcher(wiring.Component):
             m.d.comb += [nt_ky.eq(t_ky), nt_kx.eq(t_kx), nt_lit.eq(t_lit - rem), nt_rlit.eq(t_rlit - rem),
                          nt_off.eq(t_off + 2 * rem)]
 
-        accepted = self.rd_cmd.valid & self.rd_cmd.ready
+        w_acc = self.rd_cmd.valid & self.rd_cmd.ready
+        accepted = self.in_cmd.valid & self.in_cmd.ready
 
         ahead_ok = step_fifo.level < 2
 
@@ -226,75 +230,58 @@ class SeqFetcher(wiring.Component):
                              nsamp.eq(end), nsrc.eq(nsrc + br_src), q.eq(q + 1)]
                 with m.If(q + 1 == gp):
                     m.next = "BLOCK"
+            def load_group(qv, taps=None, rem_v=nl) -> None:
+                """Start walking group qv's rows from its block-start cursor (same cycle, no bubble);
+                `taps`: the step's first tap state (ky, kx, lit, off, rlit), where the step starts."""
+                m.d.sync += [w_sample.eq(c_sample[qv]), w_gend.eq(c_gend[qv]), w_pix.eq(c_pix[qv]),
+                             w_oy.eq(c_oy[qv]), w_ox.eq(c_ox[qv]), w_iy.eq(c_iy[qv]), w_ix.eq(c_ix[qv]),
+                             w_off.eq(c_off[qv]), w_sbase.eq(c_sbase[qv]), j.eq(0), q.eq(qv),
+                             rem.eq(rem_v), lane.eq(0)]
+                if taps is not None:
+                    m.d.sync += [reg.eq(v) for reg, v in zip((t_ky, t_kx, t_lit, t_off, t_rlit), taps)]
+
+            def start_step(left, taps) -> None:
+                """Hand the step (of `left` values to go) to the loader, start the weight walker on
+                its weight rows and walk its input rows from `taps`, all in this cycle."""
+                nl_v = Mux(left < TPk, left, TPk)
+                m.d.comb += [step_fifo.w_en.eq(1), first_c.eq(left == f["P"]), last_c.eq(left <= TPk),
+                             w_go.eq(1)]
+                m.d.sync += [nl.eq(nl_v), first.eq(left == f["P"]), last.eq(left <= TPk)]
+                load_group(0, taps, nl_v)
+                m.next = "INPUT"
+
             with m.State("BLOCK"):
                 m.d.comb += [blk.t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), blk.gp.eq(gp), blk.col0.eq(col0),
                              blk.w.eq(w), blk.sb.eq(sb), blk.pass_start.eq(bi == 0),
                              blk.tile_start.eq((bi == 0) & (grp_next == 0))]
                 with m.If(blk_fifo.w_rdy):
+                    t_blk = Mux(bi < big_sel, s_sel + 1, s_sel)
+                    taps0 = (0, 0, f["cin"], 0, f["row_words"])
                     m.d.comb += blk_fifo.w_en.eq(1)
-                    m.d.sync += [t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), p0.eq(0),
-                                 s_ky.eq(0), s_kx.eq(0), s_lit.eq(f["cin"]), s_off.eq(0), s_rlit.eq(f["row_words"]),
-                                 wrow.eq(f["weight_base"] + 2 * col0)]
-                    m.next = "STEP"
+                    m.d.sync += [t.eq(t_blk), p0.eq(0), wrow.eq(f["weight_base"] + 2 * col0)]
+                    m.d.sync += [reg.eq(v) for reg, v in zip((s_ky, s_kx, s_lit, s_off, s_rlit), taps0)]
+                    # the block's first step starts at once where the fetcher may run ahead
+                    with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                        m.d.comb += step_w.t.eq(t_blk)
+                        start_step(f["P"], taps0)
+                    with m.Else():
+                        m.next = "STEP"
             with m.State("STEP"):
-                left = f["P"] - p0
-                m.d.comb += [first_c.eq(p0 == 0), last_c.eq(left <= TPk)]
-                with m.If(ahead_ok & step_fifo.w_rdy):
-                    m.d.comb += step_fifo.w_en.eq(1)
-                    m.d.sync += [nl.eq(Mux(left < TPk, left, TPk)), lane.eq(0),
-                                 first.eq(p0 == 0), last.eq(left <= TPk)]
-                    m.next = "WEIGHTS"
-            def load_group(qv, taps_too: bool) -> None:
-                """Start walking group qv's rows from its block-start cursor (same cycle, no bubble)."""
-                m.d.sync += [w_sample.eq(c_sample[qv]), w_gend.eq(c_gend[qv]), w_pix.eq(c_pix[qv]),
-                             w_oy.eq(c_oy[qv]), w_ox.eq(c_ox[qv]), w_iy.eq(c_iy[qv]), w_ix.eq(c_ix[qv]),
-                             w_off.eq(c_off[qv]), w_sbase.eq(c_sbase[qv]), j.eq(0), q.eq(qv),
-                             rem.eq(nl), lane.eq(0)]
-                if taps_too:
-                    m.d.sync += [t_ky.eq(s_ky), t_kx.eq(s_kx), t_lit.eq(s_lit), t_off.eq(s_off), t_rlit.eq(s_rlit)]
-
-            with m.State("WEIGHTS"):      # per weight row, one read per group q (wq, wq_off = q*cw)
-                m.d.comb += [self.rd_cmd.valid.eq(1), cmd.addr.eq(wrow - 2 * wq_off),
-                             cmd.nwords.eq(wq_off + w), tag.kind.eq(KIND_WEIGHT), tag.lane.eq(lane),
-                             tag.q.eq(wq)]
-                with m.If(accepted):
-                    m.d.sync += [wq.eq(wq + 1), wq_off.eq(wq_off + cw)]
-                    with m.If(wq + 1 == gp):
-                        m.d.sync += [wq.eq(0), wq_off.eq(0), wrow.eq(wrow + 2 * f["cout"]), lane.eq(lane + 1)]
-                        with m.If(lane + 1 == nl):
-                            with m.If(first):
-                                m.next = "BIAS"
-                            with m.Else():
-                                load_group(0, True)
-                                m.next = "INPUT"
-            with m.State("BIAS"):
-                # int32 bias of the tile's w columns for group q (bq, bq_off = q*cw), in chunks of
-                # nmax/2 logical columns from bcol (a multiple of nmax/2, starting at the chunk
-                # holding column q*cw), each read q*cw int32 before the column it lands in
-                left_words = 2 * (bq_off + w - bcol)
-                m.d.comb += [self.rd_cmd.valid.eq(1),
-                             cmd.addr.eq(f["bias_base"] + 4 * col0 + 4 * bcol - 4 * bq_off),
-                             cmd.nwords.eq(Mux(left_words < nmax, left_words, nmax)),
-                             tag.kind.eq(KIND_BIAS), tag.idx.eq(bcol), tag.q.eq(bq)]
-                with m.If(accepted):
-                    m.d.sync += bcol.eq(bcol + nmax // 2)
-                    with m.If(left_words <= nmax):          # group q's last chunk
-                        nxt_off = bq_off + cw
-                        # the next group starts in this chunk unless its first column is the next one's
-                        m.d.sync += [bq.eq(bq + 1), bq_off.eq(nxt_off),
-                                     bcol.eq(Mux(nxt_off < bcol + nmax // 2, bcol, bcol + nmax // 2))]
-                        with m.If(bq + 1 == gp):
-                            m.d.sync += [bq.eq(0), bq_off.eq(0), bcol.eq(0)]
-                            load_group(0, True)
-                            m.next = "INPUT"
+                with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                    start_step(f["P"] - p0, (s_ky, s_kx, s_lit, s_off, s_rlit))
             with m.State("INPUT"):
                 row_last = Mux(row_end, t_rlit == rem, Mux(tap_end, t_lit == rem, 1))
-                m.d.comb += [self.rd_cmd.valid.eq(1),
-                             cmd.addr.eq(w_sbase + w_off + t_off),
-                             cmd.nwords.eq(run), cmd.zero.eq(~(inside & row_ok)),
-                             tag.kind.eq(KIND_INPUT), tag.q.eq(q), tag.idx.eq(j), tag.lane.eq(lane),
-                             tag.row_last.eq(row_last),
-                             tag.step_last.eq(row_last & (j + 1 == t) & (q + 1 == gp))]
+                step_done = row_last & (j + 1 == t) & (q + 1 == gp)
+                # every read of a step is issued before any of the next (the two streams share the
+                # ports' one order, and the loader takes a stream's next step only after this one): the
+                # next step starts only once the weight walker is idle, and a block's last row waits
+                # for it, since what follows the block changes what the weight walker reads (a
+                # condition on registers only: the timing proxy's budget)
+                m.d.comb += [self.in_cmd.valid.eq(~(last & (j + 1 == t) & (q + 1 == gp)) | w_idle),
+                             icmd.addr.eq(w_sbase + w_off + t_off),
+                             icmd.nwords.eq(run), icmd.zero.eq(~(inside & row_ok)),
+                             itag.kind.eq(KIND_INPUT), itag.q.eq(q), itag.idx.eq(j), itag.lane.eq(lane),
+                             itag.row_last.eq(row_last), itag.step_last.eq(step_done)]
                 with m.If(accepted):
                     with m.If(row_last):
                         # every row starts at the step's first tap; the first row's end is the next step's
@@ -313,14 +300,13 @@ class SeqFetcher(wiring.Component):
                                              c_iy[q].eq(nc_sig["iy"]), c_ix[q].eq(nc_sig["ix"]),
                                              c_off[q].eq(nc_sig["off"]), c_sbase[q].eq(nc_sig["sbase"])]
                             with m.If(q + 1 != gp):
-                                load_group(q + 1, False)     # same taps, the next group's rows
+                                load_group(q + 1)            # same taps, the next group's rows
                             with m.Else():
                                 # the step's reads are all issued: on to the next step, block or pass
-                                m.d.sync += [p0.eq(p0 + TPk), s_ky.eq(Mux(first_row, nt_ky, n_ky)),
-                                             s_kx.eq(Mux(first_row, nt_kx, n_kx)),
-                                             s_lit.eq(Mux(first_row, nt_lit, n_lit)),
-                                             s_off.eq(Mux(first_row, nt_off, n_off)),
-                                             s_rlit.eq(Mux(first_row, nt_rlit, n_rlit))]
+                                nxt = [Mux(first_row, a, b) for a, b in ((nt_ky, n_ky), (nt_kx, n_kx), (nt_lit, n_lit),
+                                                                          (nt_off, n_off), (nt_rlit, n_rlit))]
+                                m.d.sync += [p0.eq(p0 + TPk)]
+                                m.d.sync += [reg.eq(v) for reg, v in zip((s_ky, s_kx, s_lit, s_off, s_rlit), nxt)]
                                 with m.If(last):
                                     m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
                                     with m.If(bi + 1 == n_sel):
@@ -338,15 +324,52 @@ class SeqFetcher(wiring.Component):
                                 with m.Else():
                                     # the next step of the block: start it at once when the fetcher
                                     # may run ahead, so its first weight read follows this read directly
-                                    nleft = f["P"] - (p0 + TPk)
-                                    with m.If(ahead_ok & step_fifo.w_rdy):
-                                        m.d.comb += [step_fifo.w_en.eq(1), first_c.eq(0), last_c.eq(nleft <= TPk)]
-                                        m.d.sync += [nl.eq(Mux(nleft < TPk, nleft, TPk)), lane.eq(0),
-                                                     first.eq(0), last.eq(nleft <= TPk)]
-                                        m.next = "WEIGHTS"
+                                    with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                                        start_step(f["P"] - (p0 + TPk), nxt)
                                     with m.Else():
                                         m.next = "STEP"
                     with m.Else():
                         m.d.sync += [t_ky.eq(nt_ky), t_kx.eq(nt_kx), t_lit.eq(nt_lit), t_off.eq(nt_off),
                                      t_rlit.eq(nt_rlit), rem.eq(rem - run), lane.eq(lane + run)]
+
+        # the weight walker: a step's weight rows, one read per group q (wq, wq_off = q*cw), then on a
+        # block's first step the bias, on its own command stream beside the input rows
+        with m.FSM(name="weights"):
+            with m.State("IDLE"):
+                m.d.comb += w_idle.eq(1)
+                with m.If(w_go):
+                    m.d.sync += w_lane.eq(0)
+                    m.next = "WEIGHTS"
+            with m.State("WEIGHTS"):
+                m.d.comb += [self.rd_cmd.valid.eq(1), cmd.addr.eq(wrow - 2 * wq_off),
+                             cmd.nwords.eq(wq_off + w), tag.kind.eq(KIND_WEIGHT), tag.lane.eq(w_lane),
+                             tag.q.eq(wq), tag.step_last.eq((wq + 1 == gp) & (w_lane + 1 == nl) & ~first)]
+                with m.If(w_acc):
+                    m.d.sync += [wq.eq(wq + 1), wq_off.eq(wq_off + cw)]
+                    with m.If(wq + 1 == gp):
+                        m.d.sync += [wq.eq(0), wq_off.eq(0), wrow.eq(wrow + 2 * f["cout"]), w_lane.eq(w_lane + 1)]
+                        with m.If((w_lane + 1 == nl) & first):
+                            m.next = "BIAS"
+                        with m.Elif(w_lane + 1 == nl):
+                            m.next = "IDLE"
+            with m.State("BIAS"):
+                # int32 bias of the tile's w columns for group q (bq, bq_off = q*cw), in chunks of
+                # nmax/2 logical columns from bcol (a multiple of nmax/2, starting at the chunk
+                # holding column q*cw), each read q*cw int32 before the column it lands in
+                left_words = 2 * (bq_off + w - bcol)
+                m.d.comb += [self.rd_cmd.valid.eq(1),
+                             cmd.addr.eq(f["bias_base"] + 4 * col0 + 4 * bcol - 4 * bq_off),
+                             cmd.nwords.eq(Mux(left_words < nmax, left_words, nmax)),
+                             tag.kind.eq(KIND_BIAS), tag.idx.eq(bcol), tag.q.eq(bq),
+                             tag.step_last.eq((left_words <= nmax) & (bq + 1 == gp))]
+                with m.If(w_acc):
+                    m.d.sync += bcol.eq(bcol + nmax // 2)
+                    with m.If(left_words <= nmax):          # group q's last chunk
+                        nxt_off = bq_off + cw
+                        # the next group starts in this chunk unless its first column is the next one's
+                        m.d.sync += [bq.eq(bq + 1), bq_off.eq(nxt_off),
+                                     bcol.eq(Mux(nxt_off < bcol + nmax // 2, bcol, bcol + nmax // 2))]
+                        with m.If(bq + 1 == gp):
+                            m.d.sync += [bq.eq(0), bq_off.eq(0), bcol.eq(0)]
+                            m.next = "IDLE"
         return m

@@ -40,7 +40,7 @@ from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner
 from fluidnpu.hw.seq_streams import ADDR, register_ports, store_control_params
 from fluidnpu.hw.seq_writer import SeqWriter
-from fluidnpu.hw.stream_slice import StreamSlice
+from fluidnpu.hw.stream_slice import OrderedPair, StreamSlice
 
 
 class Sequencer(wiring.Component):
@@ -64,7 +64,11 @@ class Sequencer(wiring.Component):
             "rd_cmd_valid": Out(1), "rd_cmd_ready": In(1), "rd_cmd_addr": Out(ADDR),
             "rd_cmd_nwords": Out(range(nmax + 1)), "rd_cmd_zero": Out(1), "rd_cmd_tag": Out(self.tag),
             "rd_rsp_valid": In(1), "rd_rsp_ready": Out(1), "rd_rsp_data": In(16 * nmax),
-            "rd_rsp_tag": In(self.tag), "rd_error": In(1),
+            "rd_rsp_tag": In(self.tag), "rd_error": In(1), "rd_restart": Out(1),
+            # the DMA's second read stream: the input walker's (docs/hw-architecture.md, "Two walkers")
+            "in_cmd_valid": Out(1), "in_cmd_ready": In(1), "in_cmd_addr": Out(ADDR),
+            "in_cmd_nwords": Out(range(nmax + 1)), "in_cmd_zero": Out(1), "in_cmd_tag": Out(self.tag),
+            "in_rsp_valid": In(1), "in_rsp_ready": Out(1), "in_rsp_data": In(16 * nmax), "in_rsp_tag": In(self.tag),
             # DMA write
             "wr_valid": Out(1), "wr_ready": In(1), "wr_addr": Out(ADDR),
             "wr_nwords": Out(range(nmax + 1)), "wr_data": Out(16 * nmax),
@@ -101,33 +105,49 @@ class Sequencer(wiring.Component):
                      self.cfg_g.eq(fetcher.cfg_g)]
 
         # the plan and the layer's start go to the fetcher and writer
-        m.d.comb += [fetcher.plan.eq(planner.plan), writer.plan.eq(planner.plan), fetcher.go.eq(planner.go)]
+        m.d.comb += [fetcher.plan.eq(planner.plan), writer.plan.eq(planner.plan), fetcher.go.eq(planner.go),
+                     self.rd_restart.eq(planner.go)]     # every read of the layer before is answered
         wiring.connect(m, fetcher.step, loader.step)
         wiring.connect(m, fetcher.block, writer.block)
         wiring.connect(m, loader.desc, planner.desc_rsp)
         wiring.connect(m, loader.staging, writer.staging)
         m.d.comb += fetcher.core_idle.eq(loader.idle)
 
-        # one read command port: the planner's descriptor reads (only between layers), else the fetcher's,
-        # through a forward register slice: the fetcher's im2col run ends at a register, not in the
-        # DMA's burst planning (+1 cycle on every read's trip; hw/stream_slice.py)
-        m.submodules.rd_slice = rd_slice = StreamSlice(fetcher.rd_cmd.payload.shape())
+        # two read command streams: the planner's descriptor reads (only between layers), else the
+        # weight walker's, and the input walker's, through one fully registered slice that keeps
+        # them in one order (`OrderedPair`): the fetcher's im2col run ends at a register, not in the
+        # DMA's deal (+1 cycle on every read's trip; hw/stream_slice.py), and the DMA sees a read
+        # only once every read taken in an earlier cycle has left, so it deals a step's reads before
+        # the next step's, which the loader's in-order streams rely on (docs/hw-architecture.md, "Two
+        # walkers"); reads taken in one cycle are of one step
+        m.submodules.rd_pair = rd_pair = OrderedPair(fetcher.rd_cmd.payload.shape(), fetcher.in_cmd.payload.shape())
         desc = planner.desc_cmd.valid
-        m.d.comb += [rd_slice.i.payload.eq(Mux(desc, planner.desc_cmd.payload, fetcher.rd_cmd.payload)),
-                     rd_slice.i.valid.eq(desc | fetcher.rd_cmd.valid),
-                     planner.desc_cmd.ready.eq(rd_slice.i.ready),
-                     fetcher.rd_cmd.ready.eq(rd_slice.i.ready & ~desc)]
-        cmd = rd_slice.o.payload
-        m.d.comb += [self.rd_cmd_valid.eq(rd_slice.o.valid), rd_slice.o.ready.eq(self.rd_cmd_ready),
+        m.d.comb += [rd_pair.i0.payload.eq(Mux(desc, planner.desc_cmd.payload, fetcher.rd_cmd.payload)),
+                     rd_pair.i0.valid.eq(desc | fetcher.rd_cmd.valid),
+                     planner.desc_cmd.ready.eq(rd_pair.i0.ready),
+                     fetcher.rd_cmd.ready.eq(rd_pair.i0.ready & ~desc)]
+        wiring.connect(m, fetcher.in_cmd, rd_pair.i1)
+        cmd = rd_pair.o0.payload
+        m.d.comb += [self.rd_cmd_valid.eq(rd_pair.o0.valid), rd_pair.o0.ready.eq(self.rd_cmd_ready),
                      self.rd_cmd_addr.eq(cmd.addr), self.rd_cmd_nwords.eq(cmd.nwords),
                      self.rd_cmd_zero.eq(cmd.zero), self.rd_cmd_tag.eq(cmd.tag)]
-        # responses to the loader through a skid buffer: rd_rsp_ready (the DMA's R ready) is a
-        # register, not the end of the core's step hand-over logic; no latency at full rate
+        icmd = rd_pair.o1.payload
+        m.d.comb += [self.in_cmd_valid.eq(rd_pair.o1.valid), rd_pair.o1.ready.eq(self.in_cmd_ready),
+                     self.in_cmd_addr.eq(icmd.addr), self.in_cmd_nwords.eq(icmd.nwords),
+                     self.in_cmd_zero.eq(icmd.zero), self.in_cmd_tag.eq(icmd.tag)]
+        # responses to the loader through skid buffers: rd_rsp_ready and in_rsp_ready (the DMA's merge)
+        # are registers, not the end of the core's step hand-over logic; no latency at full rate
         m.submodules.rsp_slice = rsp_slice = StreamSlice(loader.rd_rsp.payload.shape(), forward=False,
                                                          backward=True)
         m.d.comb += [rsp_slice.i.valid.eq(self.rd_rsp_valid), self.rd_rsp_ready.eq(rsp_slice.i.ready),
                      rsp_slice.i.payload.data.eq(self.rd_rsp_data), rsp_slice.i.payload.tag.eq(self.rd_rsp_tag)]
         wiring.connect(m, rsp_slice.o, loader.rd_rsp)
+        m.submodules.in_rsp_slice = in_rsp_slice = StreamSlice(loader.in_rsp.payload.shape(), forward=False,
+                                                               backward=True)
+        m.d.comb += [in_rsp_slice.i.valid.eq(self.in_rsp_valid), self.in_rsp_ready.eq(in_rsp_slice.i.ready),
+                     in_rsp_slice.i.payload.data.eq(self.in_rsp_data),
+                     in_rsp_slice.i.payload.tag.eq(self.in_rsp_tag)]
+        wiring.connect(m, in_rsp_slice.o, loader.in_rsp)
         # the loader fills the core's buffers and hands it the steps
         for ours, theirs in ((self.in_wr, loader.in_wr), (self.w_wr, loader.w_wr), (self.b_wr, loader.b_wr),
                              (self.step, loader.core_step)):
@@ -145,14 +165,14 @@ class Sequencer(wiring.Component):
 
         # the layer is over when every read is answered and every machine and the DMA's writes are idle
         # (counted at the slices' far ends, so a command or response held in a slice counts as in flight)
-        rd_out = Signal(range(64))         # read commands issued, responses not yet consumed
-        issued = rd_slice.i.valid & rd_slice.i.ready
-        consumed = loader.rd_rsp.valid & loader.rd_rsp.ready
-        m.d.sync += rd_out.eq(rd_out + issued - consumed)
+        # (one count a stream: each moves by one a cycle at most, a shorter path than one count of both)
+        rd_out = [Signal(range(64), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet consumed
+        for cnt, i, rsp in ((rd_out[0], rd_pair.i0, loader.rd_rsp), (rd_out[1], rd_pair.i1, loader.in_rsp)):
+            m.d.sync += cnt.eq(cnt + (i.valid & i.ready) - (rsp.valid & rsp.ready))
         # registered (the planner's state logic then starts at a register: +1 cycle a layer), and
         # cleared by `go`, so the cycle after it never sees the idle machines of before the layer
         drained = Signal()
         m.d.sync += drained.eq(fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
-                               & (rd_out == 0) & ~planner.go)
+                               & (rd_out[0] == 0) & (rd_out[1] == 0) & ~planner.go)
         m.d.comb += planner.drained.eq(drained)
         return m

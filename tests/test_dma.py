@@ -320,14 +320,25 @@ class MultiOutcome:
     wr_accept_cycles: list[int]
     rd_error: int
     wr_error: int
+    rsps1: list[dict] | None = None          # the second read stream's (read_streams = 2)
+    rsp1_cycles: list[int] | None = None
+
+
+def _decode(layout, items: list[int]) -> list[dict]:
+    rsps = []
+    for raw in items:
+        c = layout.from_bits(raw)
+        rsps.append({"data": list(c.data), "nwords": c.nwords, "tag": c.tag})
+    return rsps
 
 
 def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int = 64, nmax: int = 16,
                   timings: list[SlaveTiming] | None = None, seed: int = 0, cmd_valid: float = 1.0,
-                  rsp_ready: float = 1.0, error_ranges=()) -> MultiOutcome:
+                  rsp_ready: float = 1.0, error_ranges=(), reads1: list[dict] | None = None) -> MultiOutcome:
     """AxiDma with one AxiRamModel per port on one memory (each port its own timing), reads and
-    writes streamed concurrently; runs until every response is in and both sides are idle."""
-    dut = AxiDma(data_width=dw, nmax=nmax, tag_width=4, ports=ports)
+    writes streamed concurrently; runs until every response is in and both sides are idle.
+    `reads1`: a second read stream's commands (AxiDma(read_streams=2)), streamed beside `reads`."""
+    dut = AxiDma(data_width=dw, nmax=nmax, tag_width=4, ports=ports, read_streams=1 if reads1 is None else 2)
     timings = timings or [SlaveTiming()] * ports
     models = [AxiRamModel(dut.m_axi(0), size=MEM, data_width=dw, timing=timings[0], seed=seed,
                           error_ranges=error_ranges)]
@@ -337,9 +348,12 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
     rd_src = StreamSource(dut.rd_cmd, reads, valid_prob=cmd_valid, seed=seed + 1)
     wr_src = StreamSource(dut.wr_cmd, writes, valid_prob=cmd_valid, seed=seed + 2)
     sink = StreamSink(dut.rd_rsp, len(reads), ready_prob=rsp_ready, seed=seed + 3)
+    second = [] if reads1 is None else [StreamSource(dut.rd_cmd1, reads1, valid_prob=cmd_valid, seed=seed + 4),
+                                        StreamSink(dut.rd_rsp1, len(reads1), ready_prob=rsp_ready, seed=seed + 5)]
     sim = Simulator(dut)
     sim.add_clock(1e-8)
-    for proc in (*(mdl.process for mdl in models), rd_src.process, wr_src.process, sink.process):
+    for proc in (*(mdl.process for mdl in models), rd_src.process, wr_src.process, sink.process,
+                 *(x.process for x in second)):
         sim.add_process(proc)
     result: dict = {}
 
@@ -348,7 +362,7 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
         async for _clk, _rst, rd_idle, wr_idle in ctx.tick().sample(dut.rd_idle, dut.wr_idle):
             cycle += 1
             if (len(sink.items) == len(reads) and len(wr_src.accept_cycles) == len(writes)
-                    and rd_idle and wr_idle):
+                    and all(len(x.items) == x.count for x in second[1:]) and rd_idle and wr_idle):
                 break
             assert cycle < 60_000, "multi-port DMA test did not finish"
         result["errors"] = ctx.get(dut.rd_error), ctx.get(dut.wr_error)
@@ -356,11 +370,10 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
     sim.add_testbench(watcher)
     sim.run()
     layout = dut.rd_rsp.payload.shape()
-    rsps = []
-    for raw in sink.items:
-        c = layout.from_bits(raw)
-        rsps.append({"data": list(c.data), "nwords": c.nwords, "tag": c.tag})
-    return MultiOutcome(models, rsps, sink.cycles, wr_src.accept_cycles, *result["errors"])
+    out = MultiOutcome(models, _decode(layout, sink.items), sink.cycles, wr_src.accept_cycles, *result["errors"])
+    if second:
+        out.rsps1, out.rsp1_cycles = _decode(layout, second[1].items), second[1].cycles
+    return out
 
 
 def _disjoint_writes(rng: random.Random, n: int, nmax: int, lo: int, hi: int) -> list[dict]:
@@ -427,6 +440,47 @@ def test_multiport_throughput_one_command_per_cycle(ports, record_property):
     assert wr_rate == pytest.approx(ports / beats, abs=0.03)
     for mdl in out.models:      # every port busy every cycle of its share
         assert beats_per_cycle(mdl.stats.r_cycles) == 1.0
+
+
+# -- two read streams (AxiDma(read_streams=2): the weight and the input walker) ----------------------
+
+
+@pytest.mark.parametrize("ports,seed", [(1, 51), (2, 52), (3, 53), (4, 54)])
+def test_two_read_streams_each_in_order_bit_exact_under_stalls(ports, seed):
+    """Two read streams and writes at once, every port and both response streams stalled on their
+    own: each stream's responses come back in its own command order, bit-exact."""
+    rng = random.Random(seed)
+    reads0, reads1 = random_read_cmds(rng, 60, 16, 4), random_read_cmds(rng, 90, 16, 4)
+    for c in (*reads0, *reads1):
+        c["addr"] = MEM // 2 + c["addr"] % (MEM // 2 - 40) // 2 * 2
+    writes = _disjoint_writes(rng, 30, 16, 0, MEM // 2)
+    timings = [SlaveTiming.jittery(0.3 + 0.15 * i, (0, 4 + 6 * i)) for i in range(ports)]
+    out = run_multiport(ports, reads0, writes, timings=timings, seed=seed, cmd_valid=0.7, rsp_ready=0.6,
+                        reads1=reads1)
+    mem = _random_mem(seed)
+    for reads, rsps in ((reads0, out.rsps), (reads1, out.rsps1)):
+        check_read_responses(Outcome(out.models[0], None, None, rsps, 0, [], 0), reads, mem, 16)
+    assert out.models[0].mem == apply_writes(mem, writes)
+    assert (out.rd_error, out.wr_error) == (0, 0)
+    live = [c for c in (*reads0, *reads1) if not c["zero"]]
+    assert sum(len(mdl.stats.r_cycles) for mdl in out.models) == sum(_beats(c, 64) for c in live)
+    assert all(mdl.stats.ar_cycles for mdl in out.models)        # every port carried reads
+
+
+@pytest.mark.parametrize("ports", [1, 2, 4])
+def test_two_read_streams_take_two_commands_a_cycle(ports, record_property):
+    """Ideal memory, one-beat reads on both streams: one port answers one a cycle (the two streams
+    share it); two or more take a command of each stream and return a response of each every cycle."""
+    reads0 = [{"addr": k * 8, "nwords": 4, "zero": 0, "tag": k % 16} for k in range(64)]
+    reads1 = [{"addr": 2048 + k * 8, "nwords": 4, "zero": 0, "tag": (k + 5) % 16} for k in range(64)]
+    out = run_multiport(ports, reads0, [], seed=55, reads1=reads1)
+    mem = _random_mem(55)
+    for reads, rsps in ((reads0, out.rsps), (reads1, out.rsps1)):
+        check_read_responses(Outcome(out.models[0], None, None, rsps, 0, [], 0), reads, mem, 16)
+    both = sorted(out.rsp_cycles + out.rsp1_cycles)
+    rate = len(both) / (both[-1] - both[0] + 1)
+    record_property(f"ports{ports}_two_stream_rsps_per_cycle", rate)
+    assert rate == pytest.approx(min(ports, 2), abs=0.05)
 
 
 # -- parameters ----------------------------------------------------------------

@@ -225,9 +225,10 @@ def test_every_packed_group_reads_its_own_weights():
 
 def test_port_skew_prices_a_short_step_on_several_ports():
     """An FC step (k = 1/2 on <64,4,16>: TPk = 2 weight rows of 14 words, 2 packed groups of one
-    input run) on four 64-bit ports, as the RTL runs it (docs/rtl-agreement.md): the weight rows
-    take 4 beats on their ports, the runs 1, responses leave in order, so the last response
-    comes 3 cycles after the 4-command stream; on one port the beats already run one by one."""
+    input run) on four 64-bit ports, as the RTL runs it (docs/rtl-agreement.md): the weight walker
+    issues the 4 copies in cycles 0-3 (the stream is 5 cycles: the next step starts a cycle after
+    it), the last copy takes 4 beats on its port, in at 7, and the step is handed over a cycle
+    later: 3 cycles after the stream; on one port the beats already run one by one."""
     from fluidnpu.dse.perf_model import layer_costs
 
     four = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(4, PORT64), EngineTiming(), R=1)
@@ -241,11 +242,16 @@ def test_port_skew_prices_a_short_step_on_several_ports():
 
 
 def test_busiest_port_of_a_repeating_deal():
-    """A packed FC step (two groups: weight copies of 3 and 6 beats for each of TPk = 2 rows, then four
-    one-beat input runs) dealt over N 64-bit ports. On 2 ports every step puts both 6-beat copies on
-    port 1: 6 + 6 + 1 + 1 = 14 beats there against the even share of 11; on 4 ports ports 1 and 3 get
-    6 + 1; on 3 ports the deal rotates (8 commands, 8 mod 3 = 2), so no port is always the busiest;
-    one port has nothing to balance (docs/rtl-agreement.md, "The miss, fixed")."""
+    """A packed FC step (two groups: weight copies of 3 and 6 beats for each of TPk = 2 rows, and four
+    one-beat input runs) dealt over N 64-bit ports. On one command stream (`walkers` = 1, the wave-3b
+    fetcher) every step is dealt the same way: on 2 ports both 6-beat copies land on port 1, 6 + 6 +
+    1 + 1 = 14 beats there against the even share of 11; on 4 ports ports 1 and 3 get 6 + 1; on 3
+    ports the deal rotates (8 commands, 8 mod 3 = 2), so no port is always the busiest; one port has
+    nothing to balance. With the two walkers (the RTL) the DMA restarts its deal at each layer and a
+    pair of reads split by a busy port shifts the rest, which spreads the copies (the RTL's busiest
+    port: 7.1 beats a step, docs/rtl-agreement.md): no busiest-port term."""
+    from dataclasses import replace
+
     from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, im2col_inside, layer_setup, mode_costs, row_blocks
     from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases
 
@@ -254,16 +260,18 @@ def test_busiest_port_of_a_repeating_deal():
     g = case.layers[0].geometry
     br, k = case.modes[0]
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
-    busy = {}
-    for n in (1, 2, 3, 4):
-        mode = mode_costs(p.TP, p.TC, g.npix, g.P, g.cout, k, Bus.of_ports(n, 8), DEFAULT_TIMING, g.kh * g.kw,
-                          inside, g)
-        setup = layer_setup(mode, g.npix, 1, case.b, br, p.banks)
-        t = row_blocks(setup, p.TR).full[1]
-        assert int(setup.g) == 2 and int(t) == 2
-        out = mode.costs.busiest_port(t, setup.full_g, setup.g)
-        busy[n] = None if out is None else float(out)
-    assert busy == {1: None, 2: 14.0, 3: 0.0, 4: 7.0}
+    busy: dict[tuple[int, int], float | None] = {}
+    for walkers in (1, 2):
+        for n in (1, 2, 3, 4):
+            bus = replace(Bus.of_ports(n, 8), walkers=walkers)
+            mode = mode_costs(p.TP, p.TC, g.npix, g.P, g.cout, k, bus, DEFAULT_TIMING, g.kh * g.kw, inside, g)
+            setup = layer_setup(mode, g.npix, 1, case.b, br, p.banks)
+            t = row_blocks(setup, p.TR).full[1]
+            assert int(setup.g) == 2 and int(t) == 2
+            out = mode.costs.busiest_port(t, setup.full_g, setup.g)
+            busy[walkers, n] = None if out is None else float(out)
+    assert busy == {(1, 1): None, (1, 2): 14.0, (1, 3): 0.0, (1, 4): 7.0,
+                    (2, 1): None, (2, 2): None, (2, 3): None, (2, 4): None}
 
 
 def test_command_rate_is_a_bus_parameter():
@@ -283,37 +291,38 @@ def test_command_rate_is_a_bus_parameter():
     assert mode.costs.bus.command_cycles == 0.0
 
 
-def test_two_walker_and_gather_what_ifs_price_the_fetch_as_documented():
-    """`Bus.walkers` / `Bus.gather` (benchmarks/peak_gap.py's what-ifs, docs/dse.md): with ports that
-    never bind, one walker pays the weight commands plus the input commands, two walkers the longer of
-    the two; with commands free both pay the same beats; gather cuts an input row's commands to one a
-    step where its runs cross kernel taps (TPk = 27 against cin = 64) and leaves a layer without
-    crossings alone. The RTL's bus (1 walker, no gather) is the default."""
+def test_walkers_and_gather_price_the_fetch_as_documented():
+    """`Bus.walkers` / `Bus.gather` (docs/dse.md): with ports that never bind, the RTL's two walkers pay
+    the longer of the weight commands (plus one a step: the step's last input run waits for the weight
+    walker) and the input commands (plus each step's first row, read one run a tap); the one-walker
+    what-if (the wave-3b fetcher) pays both; with commands free both pay the same beats; gather cuts an
+    input row's commands to one a step where its runs cross kernel taps (TPk = 27 against cin = 64) and
+    leaves a layer without crossings alone. The RTL's bus (2 walkers, no gather) is the default."""
     from dataclasses import replace
 
     from fluidnpu.dse.perf_model import DEFAULT_TIMING, layer_costs
 
-    assert (Bus.of_ports(4, 16).walkers, Bus.of_ports(4, 16).gather) == (1, False)
+    assert (Bus.of_ports(4, 16).walkers, Bus.of_ports(4, 16).gather) == (2, False)
     wide = Bus.of(1e9, 16, ports=4)                                 # commands bind, beats never do
     free = replace(Bus.of_ports(4, 16), command_cycles=0.0)        # beats bind, commands never do
-    P, C, taps = np.array(576), np.array(64), 9                    # a 3x3 convolution, cin 64
+    P, C, taps = np.array(576), np.array(64), 9                    # a 3x3 convolution, cin 64 (kw 3)
     TPk = np.array(27)
     t, groups = np.array(196), np.array(1)
 
     def fetch(bus: Bus) -> float:
-        costs = layer_costs(TPk, P, C, taps, bus, DEFAULT_TIMING)
+        costs = layer_costs(TPk, P, C, taps, bus, DEFAULT_TIMING, kw=3)
         return float(costs.fetch(t, costs.tile(np.array(64), groups), groups))
 
-    costs = layer_costs(TPk, P, C, taps, wide, DEFAULT_TIMING)
+    costs = layer_costs(TPk, P, C, taps, wide, DEFAULT_TIMING, kw=3)
     fixed = float(costs.n_p * DEFAULT_TIMING.step_overhead + DEFAULT_TIMING.block_overhead)
-    weights = float(costs.tile(np.array(64), groups).weights)
-    inputs = float(t * costs.in_runs)
-    assert costs.in_runs > costs.n_p                               # some rows cross a tap
-    assert fetch(wide) == pytest.approx(weights + inputs + fixed)
-    assert fetch(replace(wide, walkers=2)) == pytest.approx(max(weights, inputs) + fixed)
-    assert fetch(replace(wide, walkers=2, gather=True)) == pytest.approx(
-        max(weights, float(t * costs.n_p)) + fixed)
-    assert fetch(replace(free, walkers=2)) == pytest.approx(fetch(free))
+    weights = float(costs.tile(np.array(64), groups).weight_cmds)
+    inputs = float(t * costs.in_runs + costs.first_runs)
+    assert costs.in_runs > costs.n_p and costs.first_runs > 0       # some rows cross a tap
+    assert fetch(wide) == pytest.approx(max(weights + float(costs.n_p), inputs) + fixed)
+    assert fetch(replace(wide, walkers=1)) == pytest.approx(weights + inputs + fixed)
+    assert fetch(replace(wide, gather=True)) == pytest.approx(
+        max(weights + float(costs.n_p), float(t * costs.n_p)) + fixed)
+    assert fetch(replace(free, walkers=1)) == pytest.approx(fetch(free))
     one_tap = layer_costs(TPk, np.array(540), C, 1, wide, DEFAULT_TIMING)   # no crossings: gather changes nothing
     tile = one_tap.tile(np.array(64), groups)
     assert float(replace(one_tap, bus=replace(wide, gather=True)).fetch(t, tile, groups)) == pytest.approx(
@@ -346,7 +355,7 @@ def test_closed_form_input_commands_are_the_exact_walks(fields, TPk, merges):
     def costs(kw: int, edge: float):
         return layer_costs(np.int64(TPk), np.int64(g.P), np.int64(g.cout), g.kh * g.kw, bus, EngineTiming(),
                            R=g.npix, inside=im2col_inside(*shape), kw=kw, edge=edge)
-    _, _, commands, first_extra = im2col_row_reads(g, TPk, bus)
+    _, _, commands, first_extra, _, _ = im2col_row_reads(g, TPk, bus)
     merged, taps = costs(g.kw, im2col_edge(*shape)), costs(1, 0.0)      # kw = 1: every crossing a run
     assert float(merged.in_runs) == pytest.approx(commands)
     assert (float(merged.in_runs) < float(taps.in_runs)) == merges

@@ -1,11 +1,13 @@
 """The control unit's im2col fetcher (hw/seq_fetcher.py) on its own, in Amaranth's simulator.
 
 Given a known plan (sim_tb/seq_bench.py), the fetcher's read commands must be
-exactly those a direct im2col walk of the layer gives (weights per step, the
-bias on a block's first step, input runs per kernel tap with padding as zero
-fills), whatever backpressure its three output streams see; its steps and
-blocks must describe the plan; and it must not run more than two steps ahead
-of a loader that takes none.
+exactly those a direct im2col walk of the layer gives, on its two command
+streams (the weight walker's: weights per step, the bias on a block's first
+step; the input walker's: input runs per kernel tap or kernel row, padding as
+zero fills), whatever backpressure its four output streams see; the walkers
+must issue side by side, but never a step's read before the previous step's
+last; its steps and blocks must describe the plan; and it must not run more
+than two steps ahead of a loader that takes none.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ LAYERS = [
 ]
 
 
-def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple], list[tuple]]:
-    """(reads, steps, blocks) of one sample, one group per pass, by a direct walk of the layer."""
+def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple], list[tuple], list[tuple]]:
+    """(weight reads, input reads, steps, blocks) of one sample, one group per pass, by a direct walk
+    of the layer; a weight read ends with its step_last mark."""
     C, P, TPk, nPE = desc.cout, desc.P, plan["TPk"], plan["nPE"]
+    weights: list[tuple] = []
     reads, steps, blocks, sb = [], [], [], 0
     for col0 in range(0, C, nPE):
         w = min(nPE, C - col0)
@@ -56,11 +60,12 @@ def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple
             for p0 in range(0, P, TPk):
                 nl = min(TPk, P - p0)
                 steps.append((t, int(p0 == 0), int(p0 + TPk >= P), sb))
-                reads += [(KIND_WEIGHT, desc.weight_base + 2 * ((p0 + ln) * C + col0), w, 0, ln, 0)
+                wreads = [(KIND_WEIGHT, desc.weight_base + 2 * ((p0 + ln) * C + col0), w, 0, ln, 0)
                           for ln in range(nl)]
                 if p0 == 0:
-                    reads += [(KIND_BIAS, desc.bias_base + 4 * (col0 + c), min(2 * (w - c), NMAX), 0, 0, c)
-                              for c in range(0, w, NMAX // 2)]
+                    wreads += [(KIND_BIAS, desc.bias_base + 4 * (col0 + c), min(2 * (w - c), NMAX), 0, 0, c)
+                               for c in range(0, w, NMAX // 2)]
+                weights += [(*r, int(i + 1 == len(wreads))) for i, r in enumerate(wreads)]
                 for j in range(t):
                     oy, ox = divmod(r0 + j, desc.out_w)
                     y0, x0 = oy * desc.sh - desc.ph, ox * desc.sw - desc.pw
@@ -84,7 +89,7 @@ def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple
                         p, lane = p + run, lane + run
             r0 += t
             sb ^= 1
-    return reads, steps, blocks
+    return weights, reads, steps, blocks
 
 
 def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_ready: float = 1.0,
@@ -92,7 +97,8 @@ def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_re
     dut = SeqFetcher(TR=TR, TP=TP, TC=TC, NB=NB, bmax=BMAX, nmax=NMAX)
     plan = plan_values(desc, TR=TR, TP=TP, TC=TC, NB=NB, b=1, BR=1, k=KCode.K1)
     rng = random.Random(seed)
-    out: dict = {"reads": [], "steps": [], "blocks": [], "plan": plan, "idle_end": 0}
+    out: dict = {"weights": [], "reads": [], "steps": [], "blocks": [], "plan": plan, "idle_end": 0,
+                 "w_cycles": [], "in_cycles": []}
 
     async def bench(ctx):
         ctx.set(dut.plan, plan)
@@ -102,24 +108,26 @@ def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_re
         await ctx.tick()
         ctx.set(dut.go, 0)
         quiet = 0
-        for _ in range(cycles):
-            ready = [rng.random() < p for p in (cmd_ready, step_ready, block_ready)]
-            for port, r in zip((dut.rd_cmd, dut.step, dut.block), ready):
+        for cycle in range(cycles):
+            ready = [rng.random() < p for p in (cmd_ready, cmd_ready, step_ready, block_ready)]
+            for port, r in zip((dut.rd_cmd, dut.in_cmd, dut.step, dut.block), ready):
                 ctx.set(port.ready, r)
-            _, _, cv, cmd, sv, step, bv, blk, idle = await ctx.tick().sample(
-                dut.rd_cmd.valid, dut.rd_cmd.payload, dut.step.valid, dut.step.payload,
-                dut.block.valid, dut.block.payload, dut.idle)
-            if cv and ready[0]:
+            _, _, wv, wcmd, cv, cmd, sv, step, bv, blk, idle = await ctx.tick().sample(
+                dut.rd_cmd.valid, dut.rd_cmd.payload, dut.in_cmd.valid, dut.in_cmd.payload, dut.step.valid,
+                dut.step.payload, dut.block.valid, dut.block.payload, dut.idle)
+            if wv and ready[0]:
+                tag = wcmd.tag
+                out["weights"].append((tag.kind, wcmd.addr, wcmd.nwords, tag.q, tag.lane,
+                                       tag.idx if tag.kind == KIND_BIAS else 0, tag.step_last))
+                out["w_cycles"].append(cycle)
+            if cv and ready[1]:
                 tag = cmd.tag
-                if tag.kind == KIND_INPUT:
-                    out["reads"].append((KIND_INPUT, None if cmd.zero else cmd.addr, cmd.nwords, cmd.zero,
-                                         tag.lane, tag.idx, tag.row_last, tag.step_last))
-                else:
-                    out["reads"].append((tag.kind, cmd.addr, cmd.nwords, tag.q, tag.lane,
-                                         tag.idx if tag.kind == KIND_BIAS else 0))
-            if sv and ready[1]:
+                out["reads"].append((tag.kind, None if cmd.zero else cmd.addr, cmd.nwords, cmd.zero,
+                                     tag.lane, tag.idx, tag.row_last, tag.step_last))
+                out["in_cycles"].append(cycle)
+            if sv and ready[2]:
                 out["steps"].append((step.t, step.first, step.last, step.sb))
-            if bv and ready[2]:
+            if bv and ready[3]:
                 out["blocks"].append((blk.t, blk.gp, blk.col0, blk.w, blk.sb, blk.pass_start, blk.tile_start))
             quiet = quiet + 1 if idle else 0
             if quiet == 5:
@@ -136,7 +144,8 @@ def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_re
 @pytest.mark.parametrize("desc", LAYERS)
 def test_reads_are_the_layers_im2col_walk(desc):
     out = run(desc)
-    reads, steps, blocks = expected(desc, out["plan"])
+    weights, reads, steps, blocks = expected(desc, out["plan"])
+    assert out["weights"] == weights
     assert out["reads"] == reads
     assert out["steps"] == steps and out["blocks"] == blocks
     assert out["idle_end"] == 5
@@ -146,9 +155,35 @@ def test_reads_are_the_layers_im2col_walk(desc):
 def test_backpressure_on_every_stream_changes_no_command(seed):
     desc = LAYERS[seed - 1]
     out = run(desc, seed=seed, cmd_ready=0.4, step_ready=0.3, block_ready=0.2)
-    reads, steps, blocks = expected(desc, out["plan"])
-    assert (out["reads"], out["steps"], out["blocks"]) == (reads, steps, blocks)
+    assert (out["weights"], out["reads"], out["steps"], out["blocks"]) == expected(desc, out["plan"])
     assert out["idle_end"] == 5
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_walkers_issue_side_by_side_but_never_ahead_of_a_step(seed):
+    """Weight and input reads go out in the same cycles; yet every read of a step is issued no
+    later than the first read of the next (the two streams share the DMA ports' one order)."""
+    desc = LAYERS[2]
+    out = run(desc, seed=seed, cmd_ready=1.0 if seed == 0 else 0.5)
+    assert set(out["w_cycles"]) & set(out["in_cycles"])
+    steps: list[list[int]] = []            # the cycles of each step's reads, both streams
+    wi = ii = 0
+    for _ in out["steps"]:
+        cyc = []
+        while True:
+            cyc.append(out["w_cycles"][wi])
+            wi += 1
+            if out["weights"][wi - 1][-1]:
+                break
+        while True:
+            cyc.append(out["in_cycles"][ii])
+            ii += 1
+            if out["reads"][ii - 1][-1]:
+                break
+        steps.append(cyc)
+    assert wi == len(out["weights"]) and ii == len(out["reads"])
+    for a, b in zip(steps, steps[1:]):
+        assert max(a) <= min(b)
 
 
 def test_runs_at_most_two_steps_ahead_of_the_loader():

@@ -1,6 +1,6 @@
 """The control unit's response loader (hw/seq_loader.py) on its own, in Amaranth's simulator.
 
-The testbench plays the DMA's response stream, the fetcher's step stream,
+The testbench plays the DMA's two response streams, the fetcher's step stream,
 the core (step handshake, `released`) and the writer's staging port, and
 checks where each response lands, when a step reaches the core, and the
 backpressure the loader applies to the DMA and the fetcher.
@@ -37,14 +37,20 @@ def rsp(kind: int, data: list[int], **tag: int) -> dict:
     return {"data": words(data), "tag": {"kind": kind, **tag}}
 
 
+def port(dut, payload: dict):
+    """The stream a response comes on: inputs on `in_rsp`, the rest on `rd_rsp`."""
+    return dut.in_rsp if payload["tag"]["kind"] == KIND_INPUT else dut.rd_rsp
+
+
 async def send(ctx, dut, payload: dict) -> None:
     """One response, taken in the first cycle the loader is ready."""
-    ctx.set(dut.rd_rsp.valid, 1)
-    ctx.set(dut.rd_rsp.payload, payload)
-    while not ctx.get(dut.rd_rsp.ready):
+    p = port(dut, payload)
+    ctx.set(p.valid, 1)
+    ctx.set(p.payload, payload)
+    while not ctx.get(p.ready):
         await ctx.tick()
     await ctx.tick()
-    ctx.set(dut.rd_rsp.valid, 0)
+    ctx.set(p.valid, 0)
 
 
 def test_responses_land_in_the_core_one_cycle_later():
@@ -93,7 +99,7 @@ def test_a_step_reaches_the_core_when_its_data_is_in_and_halves_alternate():
         ctx.set(dut.step.valid, 1)
         ctx.set(dut.step.payload, {"t": 3, "first": 1, "last": 0, "sb": 0})
         ctx.set(dut.core_step.ready, 1)
-        await send(ctx, dut, rsp(KIND_WEIGHT, [1], lane=0))
+        await send(ctx, dut, rsp(KIND_WEIGHT, [1], lane=0, step_last=1))
         seen["valid_before"].append(ctx.get(dut.core_step.valid))       # weights only: not yet
         await send(ctx, dut, rsp(KIND_INPUT, [2], lane=0, idx=2, row_last=1, step_last=1))
         seen["issue"] = (ctx.get(dut.core_step.valid), ctx.get(dut.core_step.ib), ctx.get(dut.core_step.t),
@@ -101,6 +107,7 @@ def test_a_step_reaches_the_core_when_its_data_is_in_and_halves_alternate():
         await ctx.tick()
         seen["idle_out"] = ctx.get(dut.idle), ctx.get(dut.core_step.valid)
         ctx.set(dut.step.payload, {"t": 2, "first": 0, "last": 0, "sb": 0})
+        await send(ctx, dut, rsp(KIND_WEIGHT, [4], lane=0, step_last=1))
         await send(ctx, dut, rsp(KIND_INPUT, [3], lane=0, idx=1, row_last=1, step_last=1))
         seen["second"] = ctx.get(dut.core_step.valid), ctx.get(dut.core_step.ib), ctx.get(dut.in_wr.ib)
         await ctx.tick()
@@ -127,6 +134,7 @@ def test_the_next_steps_responses_wait_until_the_core_takes_the_step():
         ctx.set(dut.step.valid, 1)
         ctx.set(dut.step.payload, {"t": 1, "first": 1, "last": 0, "sb": 0})
         ctx.set(dut.core_step.ready, 0)                    # the core is busy
+        await send(ctx, dut, rsp(KIND_WEIGHT, [5], lane=0, step_last=1))
         await send(ctx, dut, rsp(KIND_INPUT, [1], lane=0, idx=0, row_last=1, step_last=1))
         ctx.set(dut.rd_rsp.valid, 1)
         ctx.set(dut.rd_rsp.payload, rsp(KIND_WEIGHT, [7], lane=1))
@@ -155,6 +163,7 @@ def test_a_blocks_last_step_waits_for_its_staging_half_and_claims_it():
         ctx.set(dut.step.valid, 1)
         ctx.set(dut.step.payload, {"t": 1, "first": 1, "last": 1, "sb": 1})
         ctx.set(dut.core_step.ready, 1)
+        await send(ctx, dut, rsp(KIND_WEIGHT, [5], lane=0, step_last=1))
         await send(ctx, dut, rsp(KIND_INPUT, [1], lane=0, idx=0, row_last=1, step_last=1))
         held = []
         for _ in range(3):
@@ -171,3 +180,33 @@ def test_a_blocks_last_step_waits_for_its_staging_half_and_claims_it():
     assert seen["held"] == [(0, 0)] * 3
     assert seen["claim"] == (1, 0b10, 1)
     assert seen["after"] == 0
+
+
+def test_both_streams_land_in_one_cycle_and_a_finished_stream_waits_for_the_other():
+    """A weight row and an input row taken in the same cycle both land a cycle later; once the
+    weights' step is complete their next response waits, while the inputs go on."""
+    seen: dict = {}
+
+    async def bench(ctx, dut):
+        ctx.set(dut.step.valid, 1)
+        ctx.set(dut.step.payload, {"t": 2, "first": 0, "last": 0, "sb": 0})
+        ctx.set(dut.core_step.ready, 1)
+        ctx.set(dut.rd_rsp.valid, 1)
+        ctx.set(dut.rd_rsp.payload, rsp(KIND_WEIGHT, [9], lane=1, step_last=1))
+        ctx.set(dut.in_rsp.valid, 1)
+        ctx.set(dut.in_rsp.payload, rsp(KIND_INPUT, [8], lane=0, idx=0, row_last=1))
+        seen["both_ready"] = ctx.get(dut.rd_rsp.ready), ctx.get(dut.in_rsp.ready)
+        await ctx.tick()
+        seen["landed"] = ctx.get(dut.w_wr.valid), ctx.get(dut.in_wr.valid), ctx.get(dut.in_wr.j)
+        ctx.set(dut.rd_rsp.payload, rsp(KIND_WEIGHT, [7], lane=0))           # the next step's
+        ctx.set(dut.in_rsp.payload, rsp(KIND_INPUT, [6], lane=0, idx=1, row_last=1, step_last=1))
+        seen["second"] = ctx.get(dut.rd_rsp.ready), ctx.get(dut.in_rsp.ready), ctx.get(dut.core_step.valid)
+        await ctx.tick()
+        ctx.set(dut.in_rsp.valid, 0)
+        seen["handed"] = ctx.get(dut.core_step.valid), ctx.get(dut.rd_rsp.ready)
+
+    simulate(bench)
+    assert seen["both_ready"] == (1, 1)
+    assert seen["landed"] == (1, 1, 0)
+    assert seen["second"] == (0, 1, 0)       # weights done: wait; inputs still taken
+    assert seen["handed"] == (1, 1)          # both in: the step goes, the weights' next is taken
