@@ -1,7 +1,8 @@
 """What the DMA costs per AXI port and per data bit: Yosys `synth_xilinx` of `AxiDma` alone.
 
-The NPU has one AXI master per HP port (hw/dma.py `AxiDma(ports=N)`: a ReadEngine and a
-WriteEngine per port, a round-robin dealer and an N:1 response merger). The resource
+The NPU has one AXI master per HP port (hw/dma.py `AxiDma(ports=N, read_streams=2)`: a ReadEngine
+and a WriteEngine per port, each read through a command slice, a dealer of up to two reads a cycle
+and an N:2 in-order response merger). The resource
 model's DMA terms (`LogicCosts.*_axi_port*`, `lut_per_merge_word`: `dma_logic`; and
 `WidePortCosts`: `wide_port_logic`) are this sweep's fit: one 64-bit port at NMAX = 32 and
 128 gives a port's cost per NMAX word and its fixed part; 2 and 4 ports at NMAX 32 and 128
@@ -43,7 +44,8 @@ Point = tuple[int, int, int]
 
 
 def _dma(nmax: int, ports: int, dw: int) -> AxiDma:
-    return AxiDma(data_width=dw, nmax=nmax, tag_width=TAG_WIDTH, ports=ports)
+    """The DMA as hw/npu.py builds it: two read streams (the weight and the input walker's)."""
+    return AxiDma(data_width=dw, nmax=nmax, tag_width=TAG_WIDTH, ports=ports, read_streams=2)
 
 
 def _name(nmax: int, ports: int, dw: int) -> str:
@@ -68,22 +70,22 @@ def measure(root: Path, reuse: bool) -> dict[Point, dict[str, float]]:
 
 
 def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
-    """One port: fixed + per-word from NMAX 32 and 128; the merger: what 2 and 4 ports add beyond
-    whole extra ports (mean over the multi-port points, per NMAX word); the data width: 4 ports at
-    128 against 64 bits, per port per bit."""
+    """One port: fixed + per-word from NMAX 32 and 128; the deal and merge: what 2 and 4 ports add
+    beyond whole extra ports (mean over the multi-port points, per port and NMAX word: it grows with
+    the ports); the data width: 4 ports at 128 against 64 bits, per port per bit."""
     def one(n: int, key: str) -> float:
         return points[(n, 1, 64)][key]
 
     per_word = {k: (one(128, k) - one(32, k)) / 96 for k in ("lut", "ff")}
     fixed = {k: one(32, k) - 32 * per_word[k] for k in ("lut", "ff")}
-    merge = [(v["lut"] - p * one(n, "lut")) / n for (n, p, dw), v in points.items() if p > 1 and dw == 64]
+    merge = [(v["lut"] - p * one(n, "lut")) / (p * n) for (n, p, dw), v in points.items() if p > 1 and dw == 64]
     def wide(n: int, k: str) -> float:
         return (points[(n, 4, 128)][k] - points[(n, 4, 64)][k]) / (4 * 64)
 
     wide_word = (wide(128, "lut") - wide(32, "lut")) / 96
     return {"lut_per_axi_port": round(fixed["lut"], 0), "ff_per_axi_port": round(fixed["ff"], 0),
             "lut_per_axi_port_word": round(per_word["lut"], 1), "ff_per_axi_port_word": round(per_word["ff"], 1),
-            "lut_per_merge_word": round(sum(merge) / len(merge), 0),
+            "lut_per_merge_word": round(sum(merge) / len(merge), 1),
             "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2), "lut_per_port_bit_word": round(wide_word, 4),
             "ff_per_port_bit": round((wide(32, "ff") + wide(128, "ff")) / 2, 2)}
 

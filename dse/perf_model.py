@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields, replace
-from typing import Union
+from typing import NamedTuple, Union
 
 import numpy as np
 
@@ -403,7 +403,7 @@ class LayerCosts:
         return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1)
 
     def _walk(self, w_cmds: ArrayLike, w_beats: ArrayLike, in_cmds: ArrayLike, in_beats: ArrayLike,
-              steps: ArrayLike) -> np.ndarray:
+              steps: ArrayLike, rate: bool = False) -> np.ndarray:
         """Cycles the fetcher takes to issue `steps` steps' reads: weight and input commands (in cycles
         at the command rate) and their beats (in cycles on the ports).
 
@@ -411,12 +411,26 @@ class LayerCosts:
         weight walker's stream pays a cycle a step, as the next step starts only in the cycle after
         it has finished (hw/seq_fetcher.py). Every step of a block has the same
         rows, so the sum over steps of the longer stream is the longer of the sums (the first step's
-        bias and first rows aside). One walker (`Bus.walkers` = 1, a what-if): the commands and the
+        bias and first rows aside). On one port the DMA takes one command a cycle, so both streams'
+        commands queue for it; with `rate` (the pace of steps back to back, `block`) a step whose
+        weight walker finishes last also leaves the port a cycle empty, priced by its convex envelope
+        (docs/interpretations.md, "Two walkers on one port"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
         beats of both in one stream."""
         beats = w_beats + in_beats
         if self.bus.walkers == 1:
             return np.maximum(w_cmds + in_cmds, beats)
-        return np.maximum(np.maximum(w_cmds + steps * self.bus.command_cycles, in_cmds), beats)
+        cc = self.bus.command_cycles
+        walk = np.maximum(np.maximum(w_cmds + steps * cc, in_cmds), beats)
+        if self.bus.n_ports > 1:
+            return walk
+        both = np.asarray(w_cmds) + in_cmds
+        if rate:
+            # the empty cycle a step where the weights finish last, by its convex envelope in the input
+            # commands (a cycle a step at none, none from as many as the weight commands on), so that a
+            # block's cost stays convex in its rows, as the DSE's bound needs
+            share = np.maximum(0.0, 1.0 - np.asarray(in_cmds) / np.maximum(w_cmds, 1e-9))
+            both = both + steps * cc * share
+        return np.maximum(walk, both)
 
     def block(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0) -> np.ndarray:
@@ -436,7 +450,9 @@ class LayerCosts:
         fetch = self.fetch(t, tile, groups, extra, pad)
         compute = self.n_p * t
         balance = (fetch + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
-        steps = np.maximum(np.maximum(compute, fetch), balance)
+        # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
+        paced = self.fetch(t, tile, groups, extra, pad, rate=True) if self.bus.n_ports == 1 else fetch
+        steps = np.maximum(np.maximum(compute, paced), balance)
         busiest = self.busiest_port(t, tile, groups)
         if busiest is not None:
             fixed = self.n_p * tm.step_overhead + tm.block_overhead + np.asarray(extra)
@@ -444,12 +460,12 @@ class LayerCosts:
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
 
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
-              pad: ArrayLike = 0.0) -> np.ndarray:
+              pad: ArrayLike = 0.0, rate: bool = False) -> np.ndarray:
         """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
         the first) on the weight walker's stream and its input rows on the input walker's, as `_walk`
         prices them, plus the steps' first rows read one run a tap (`first_runs`, `first_beats`) and
         the step and block overheads. With `Bus.gather` (a what-if) a step's input row is one command
-        however many runs it has."""
+        however many runs it has. `rate`: the pace of steps back to back (`_walk`)."""
         tm = self.timing
         fixed = self.n_p * tm.step_overhead + tm.block_overhead + extra
         runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
@@ -457,7 +473,7 @@ class LayerCosts:
         tg = t * groups
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
-        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p) + fixed
+        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p, rate) + fixed
 
     @functools.cached_property
     def _row_terms(self) -> tuple[np.ndarray, ...]:
@@ -590,7 +606,18 @@ def layer_inside(layer) -> float:
     return 1.0 if shape is None else im2col_inside(*shape)
 
 
-def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float, float]:
+class RowReads(NamedTuple):
+    """One im2col row's reads over all weight steps, averaged over the rows (`im2col_row_reads`):
+    `LayerCosts.in_row`, `in_beats`, `in_runs`, `first_beats`, `first_runs`."""
+
+    in_row: float
+    in_beats: float
+    in_runs: float
+    first_beats: float
+    first_runs: float
+
+
+def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     """Exact read cycles of one im2col row over all weight steps, averaged over the rows.
 
     `geometry` names the convolution as a layer descriptor does (in_h, in_w,
@@ -602,9 +629,7 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float,
     its actual beats at its actual alignment, or one response for a zero-fill
     run in the padding. This replaces the average-alignment estimate where
     the geometry is known (the RTL testbenches); the DSE uses the estimate.
-    Returns (cycles, beats, commands, first-row extra, its beats, its commands), each per row
-    (`LayerCosts.in_row`, `in_beats`, `in_runs`, `first_extra`, `first_beats`, `first_runs`): the
-    last three are what a row read one run a tap (each step's first row) costs beyond that.
+    The last two fields are what a row read one run a tap (each step's first row) costs beyond that.
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
@@ -639,8 +664,7 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> tuple[float, float, float,
     beats_t, cmds_t = float(taps.mean()), float(n_taps)
     beats = float(np.where(window_in, merged, taps).mean())
     cmds = float(np.where(window_in, n_pieces, n_taps).mean())
-    in_row = float(bus.stream(beats, cmds))
-    return in_row, beats, cmds, float(bus.stream(beats_t, cmds_t)) - in_row, beats_t - beats, cmds_t - cmds
+    return RowReads(float(bus.stream(beats, cmds)), beats, cmds, beats_t - beats, cmds_t - cmds)
 
 
 def im2col_edge(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
@@ -698,9 +722,8 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
     if geometry is not None:
         if np.ndim(TPk) != 0:
             raise ValueError("exact input reads (geometry=) price one design at a time")
-        in_row, in_beats, in_runs, _, first_beats, first_runs = im2col_row_reads(geometry, int(TPk), bus)
-        costs = replace(costs, in_row=np.asarray(in_row), in_beats=in_beats, in_runs=in_runs,
-                        first_beats=first_beats, first_runs=first_runs)
+        reads = im2col_row_reads(geometry, int(TPk), bus)
+        costs = replace(costs, **reads._asdict() | {"in_row": np.asarray(reads.in_row)})
     nct = _ceil_div(C, TCk)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)

@@ -110,12 +110,12 @@ class TimingCosts:
 
     base: tuple[tuple[str, float], ...] = (
         ("requantise", 7.0), ("operand", 3.0), ("accumulate", 4.0), ("staging_read", 7.0),
-        ("read_command", 7.0), ("response_ready", 7.49), ("write_data", 7.0), ("sequencer", 8.0),
+        ("read_command", 7.64), ("response_ready", 6.23), ("write_data", 7.0), ("sequencer", 8.0),
         ("registers", 8.0),
     )
     per_level: tuple[tuple[str, float], ...] = (
         ("requantise", 0.0), ("operand", 0.0), ("accumulate", 0.0), ("staging_read", 0.0),
-        ("read_command", 0.0), ("response_ready", 0.073), ("write_data", 0.0), ("sequencer", 0.0),
+        ("read_command", 0.119), ("response_ready", 0.11), ("write_data", 0.0), ("sequencer", 0.0),
         ("registers", 0.0),
     )
 

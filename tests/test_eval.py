@@ -230,9 +230,9 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     peak = {d["design_kind"]: d["peak_gops"] for d in doc["designs"]}
     kind = {p: policy_spec(p).design.key for p in ("fluidb", "serial")}
     work = {k: {r: by[(k, r)]["utilisation"] * peak[kind[k]] for r in (5.0, 15.0, 25.0)} for k in kind}
-    # the DSE gives FluidB's engine as few input banks as pay (two on ZC706), so its array is as large as the
-    # static schemes' (plain PEs, two banks) and it gets more useful work out of the board at every rate
-    assert abs(peak[kind["fluidb"]] / peak[kind["serial"]] - 1) < 0.02
+    # the DSE gives FluidB's engine as few input banks as pay (two on ZC706), so its array is no smaller than
+    # the static schemes' (plain PEs, two banks) and it gets more useful work out of the board at every rate
+    assert peak[kind["fluidb"]] >= 0.98 * peak[kind["serial"]]
     assert all(work["fluidb"][r] > work["serial"][r] for r in (5.0, 25.0))
     s = printed["summary"]
     assert s["mean_latency_gain"] > 1.0 and s["lazy_vs_fluidb_invocations"] > 3.0

@@ -201,3 +201,41 @@ def test_compute_bound_layer_keeps_the_macs_busy():
     assert model_mac_share(params, compute_bound_case()) >= 0.9
     assert row.mac_share >= 0.9, (row.mac_cycles, row.hw_cycles)
     assert abs(row.error) <= 0.05
+
+
+def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path):
+    """benchmarks/rtl_agreement.py --reprice: the recorded RTL counters stay, each case is priced again by
+    the current model, and a record that is not its seed's case is refused (the counts would be another
+    layer's)."""
+    import importlib.util
+    import json
+    import sys
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, AgreementRow, agreement_cases, bus_name, model_layer_cycles
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rtl_agreement.py"
+    spec = importlib.util.spec_from_file_location("rtl_agreement", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+
+    params = AGREEMENT_CONFIGS[0]
+    case = agreement_cases(params, 1, seed=1000)[0]
+    g = case.layers[0].geometry
+    name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
+    row = AgreementRow(name, case.b, *case.modes[0], g.npix, g.P, g.cout, g.kh * g.kw, 12345, 1, 600, 7, True)
+    cb = [{"hw_cycles": 5000, "model_cycles": 1}] * len(mod.compute_bound_buses())
+    (tmp_path / "agreement.json").write_text(json.dumps({"summary": {"seconds": 9.0}, "rows": [asdict(row)],
+                                                         "compute_bound": cb}))
+    rows, bound, seconds = mod.reprice(tmp_path, [0])
+    model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, ports=params.axi_ports,
+                                   banks=params.banks))
+    assert [(r.hw_cycles, r.mac_cycles, r.model_cycles) for r in rows] == [(12345, 600, int(model))] and seconds == 9.0
+    assert all(b["hw_cycles"] == 5000 and b["model_cycles"] > 1 for b in bound)
+    bad = asdict(row) | {"P": g.P + 1}
+    (tmp_path / "agreement.json").write_text(json.dumps({"summary": {"seconds": 9.0}, "rows": [bad],
+                                                         "compute_bound": cb}))
+    with pytest.raises(SystemExit, match="simulate again"):
+        mod.reprice(tmp_path, [0])

@@ -196,13 +196,13 @@ def test_exact_input_reads_from_the_geometry():
     # FC, 455 words in 6-word steps from an aligned sample: runs start at 0 or 2 words of a
     # 4-word beat, 2 beats each, 76 steps (the last of 5 words, at offset 2: 2 beats)
     fc = LayerDescriptor(layer=0, in_h=1, in_w=1, cin=455, out_h=1, out_w=1, cout=4)
-    assert im2col_row_reads(fc, 6, bus)[0] == 152
+    assert im2col_row_reads(fc, 6, bus).in_row == 152
     # 1x1 conv, no padding, 4-channel pixels on a 4-word beat: one beat a row per step
     conv = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=8, out_h=4, out_w=4, cout=4)
-    assert im2col_row_reads(conv, 4, bus)[0] == 2
+    assert im2col_row_reads(conv, 4, bus).in_row == 2
     # 3x3, pad 1: a run in the padding is one zero-fill response
     pad = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=4, out_h=4, out_w=4, cout=4, kh=3, kw=3, ph=1, pw=1)
-    assert im2col_row_reads(pad, 4, bus)[0] == 9
+    assert im2col_row_reads(pad, 4, bus).in_row == 9
     exact = layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9, geometry=pad)
     assert exact == layer_cycles(16, 4, 4, 16, 36, 4, 1, 1, 1, 0, PORT64, taps=9)
 
@@ -355,8 +355,36 @@ def test_closed_form_input_commands_are_the_exact_walks(fields, TPk, merges):
     def costs(kw: int, edge: float):
         return layer_costs(np.int64(TPk), np.int64(g.P), np.int64(g.cout), g.kh * g.kw, bus, EngineTiming(),
                            R=g.npix, inside=im2col_inside(*shape), kw=kw, edge=edge)
-    _, _, commands, first_extra, _, _ = im2col_row_reads(g, TPk, bus)
+    reads = im2col_row_reads(g, TPk, bus)
     merged, taps = costs(g.kw, im2col_edge(*shape)), costs(1, 0.0)      # kw = 1: every crossing a run
-    assert float(merged.in_runs) == pytest.approx(commands)
+    assert float(merged.in_runs) == pytest.approx(reads.in_runs)
     assert (float(merged.in_runs) < float(taps.in_runs)) == merges
-    assert first_extra >= 0 and float(merged.first_extra) >= 0 and float(taps.first_extra) == 0
+    assert reads.first_beats >= 0 and reads.first_runs >= 0 and float(merged.first_extra) >= 0 and float(taps.first_extra) == 0
+
+
+def test_two_walkers_on_one_port_queue_for_it():
+    """On one AXI port the DMA takes one command a cycle, so both walkers' commands queue for it, and
+    back to back a step whose weight walker finishes last leaves the port a cycle empty (traced in the
+    RTL: an FC layer on one 128-bit port, 8 one-beat weight rows and 1 input run a step, takes 10
+    cycles a step; docs/interpretations.md, "Two walkers on one port"). Issuing (`fetch`) pays the
+    commands of both, the pace (`rate`) the empty cycle too (by its convex envelope: none once the
+    input runs outnumber the weight rows); on two ports neither: the longer stream, plus a cycle a
+    step on the weight walker's."""
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, layer_costs
+
+    P, C, TPk, t, g = np.array(560), np.array(1), np.array(8), np.array(1), np.array(1)
+
+    def fetch(bus: Bus, rows: np.ndarray, rate: bool) -> float:
+        costs = layer_costs(TPk, P, C, 1, bus, DEFAULT_TIMING, R=1)
+        fixed = costs.n_p * DEFAULT_TIMING.step_overhead + DEFAULT_TIMING.block_overhead
+        tile = costs.tile(np.array(1), g)
+        return float((costs.fetch(rows, tile, g, rate=rate) - fixed - tile.weight_cmds) / costs.n_p)
+
+    one, two = Bus.of_ports(1, 16), Bus.of_ports(2, 16)
+    # per step beyond the weight rows: the input run, and on one port while pacing the empty cycle by its
+    # convex envelope in the input commands (1 - 1/8 of a cycle at 1 input run against 8 weight rows)
+    assert fetch(one, t, rate=False) == pytest.approx(1.0, abs=0.1)
+    assert fetch(one, t, rate=True) == pytest.approx(1.0 + 7 / 8, abs=0.1)
+    assert fetch(two, t, rate=True) == pytest.approx(1.0, abs=0.1) == fetch(two, t, rate=False)
+    # 12 input runs a step outnumber the 8 weight rows: the input walker finishes last, no empty cycle
+    assert fetch(one, np.array(12), rate=True) == pytest.approx(fetch(one, np.array(12), rate=False))

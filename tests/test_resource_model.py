@@ -245,8 +245,9 @@ def test_extra_axi_ports_are_the_documented_fit():
     one, two, four = (np.array(control_logic(tp, tc, 8, 54, axi_ports=n)) for n in (1, 2, 4))
     nmax = dma_words(tp, tc)
     port = DEFAULT_LOGIC.lut_per_axi_port + DEFAULT_LOGIC.lut_per_axi_port_word * nmax
-    assert np.allclose(two[0] - one[0], port + DEFAULT_LOGIC.lut_per_merge_word * nmax)
-    assert np.allclose(four[0] - two[0], 2 * port) and (four[1] > two[1]).all()
+    merge = DEFAULT_LOGIC.lut_per_merge_word * nmax        # per port, with more than one
+    assert np.allclose(two[0] - one[0], port + 2 * merge)
+    assert np.allclose(four[0] - two[0], 2 * port + 2 * merge) and (four[1] > two[1]).all()
 
 
 @pytest.mark.parametrize("name", ["synth_mid_zc706_plain", "synth_mid_zcu104_64bit_plain", "synth_mid_zcu104_plain"])
