@@ -29,16 +29,9 @@ import time
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, AgreementRow, agreement_cases, agreement_rows, bus_name,
-                                       compute_bound_buses, compute_bound_case, compute_bound_rows, model_layer_cycles,
-                                       model_mac_share)
-from fluidnpu.hw.regmap import NpuParams
-from fluidnpu.sim_tb.npu_cases import Case
-
-
-def _model(params: NpuParams, case: Case) -> int:
-    return int(sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, ports=params.axi_ports,
-                                      banks=params.banks)))
+from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, AgreementRow, agreement_cases, agreement_rows,
+                                       case_model_cycles, compute_bound_buses, compute_bound_case, compute_bound_rows,
+                                       config_name, model_mac_share)
 
 
 def reprice(out: Path, chosen: list[int]) -> tuple[list[AgreementRow], list[dict], float]:
@@ -50,18 +43,17 @@ def reprice(out: Path, chosen: list[int]) -> tuple[list[AgreementRow], list[dict
     rows = []
     for i in chosen:
         params = AGREEMENT_CONFIGS[i]
-        name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
-        mine = [r for r in recorded if r.config == name]
+        mine = [r for r in recorded if r.config == config_name(params)]
         cases = agreement_cases(params, len(mine), seed=1000 * (i + 1))
         for r, case in zip(mine, cases):
             g = case.layers[0].geometry
             if (r.R, r.P, r.C, r.b) != (g.npix, g.P, g.cout, case.b):
                 raise SystemExit(f"recorded case {r} is not seed {1000 * (i + 1)}'s: simulate again")
-            rows.append(replace(r, model_cycles=_model(params, case)))
+            rows.append(replace(r, model_cycles=case_model_cycles(params, case)))
     case = compute_bound_case()
     cb = []
     for params, r in zip(compute_bound_buses(), doc["compute_bound"]):
-        model = _model(params, case)
+        model = case_model_cycles(params, case)
         cb.append(r | {"model_cycles": model, "error": r["hw_cycles"] / model - 1,
                        "model_mac_share": model_mac_share(params, case)})
     return rows, cb, doc["summary"]["seconds"]

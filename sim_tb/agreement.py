@@ -125,6 +125,17 @@ def compute_bound_rows(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS,
     return rows
 
 
+def config_name(params: NpuParams) -> str:
+    """How the agreement tables name an NPU configuration."""
+    return f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
+
+
+def case_model_cycles(params: NpuParams, case: Case, timing: EngineTiming = DEFAULT_TIMING) -> int:
+    """The model's cycles of a one-layer case on the NPU `params` (its own bus, ports and banks)."""
+    return int(sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
+                                      ports=params.axi_ports, banks=params.banks)))
+
+
 def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAULT_TIMING) -> float:
     """The model's MAC-active share (row-cycles of compute / cycles) of a one-layer case."""
     from fluidnpu.dse.perf_model import mode_dims
@@ -135,8 +146,7 @@ def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAUL
     sched = layer_schedule(params.TR, params.TP, params.TC, g.npix, g.P, g.cout, case.b, br, k, params.banks)
     n_p = -(-g.P // int(mode_dims(params.TR, params.TP, params.TC, k)[1]))
     busy_rows = sum(blk.rows * n_p for blk in sched.blocks)
-    return busy_rows / sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
-                                              ports=params.axi_ports, banks=params.banks))
+    return busy_rows / case_model_cycles(params, case, timing)
 
 
 def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = DEFAULT_TIMING) -> list[AgreementRow]:
@@ -144,13 +154,12 @@ def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = 
     from fluidnpu.sim_tb.npu_amaranth import run_cases
 
     rows = []
-    name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
+    name = config_name(params)
     for case, res in zip(cases, run_cases(params, cases)):
         g = case.layers[0].geometry
         br, k = case.modes[0]
         ok = all((o == e).all() for o, e in zip(res.outputs, case.expected)) and res.status & 0b110 == 0b010
-        model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
-                                       ports=params.axi_ports, banks=params.banks))
+        model = case_model_cycles(params, case, timing)
         rows.append(AgreementRow(name, case.b, br, k, g.npix, g.P, g.cout, g.kh * g.kw,
                                  res.counters["CYC_BUSY"], model, res.counters["CYC_MAC"],
                                  res.counters["CYC_DMA_STALL"], bool(ok)))

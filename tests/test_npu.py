@@ -213,7 +213,7 @@ def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path):
     from dataclasses import asdict
     from pathlib import Path
 
-    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, AgreementRow, agreement_cases, bus_name, model_layer_cycles
+    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, AgreementRow, agreement_cases, config_name, model_layer_cycles
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "rtl_agreement.py"
     spec = importlib.util.spec_from_file_location("rtl_agreement", path)
@@ -224,8 +224,7 @@ def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path):
     params = AGREEMENT_CONFIGS[0]
     case = agreement_cases(params, 1, seed=1000)[0]
     g = case.layers[0].geometry
-    name = f"<{params.TR},{params.TP},{params.TC}> Bmax {params.bmax} {bus_name(params)}"
-    row = AgreementRow(name, case.b, *case.modes[0], g.npix, g.P, g.cout, g.kh * g.kw, 12345, 1, 600, 7, True)
+    row = AgreementRow(config_name(params), case.b, *case.modes[0], g.npix, g.P, g.cout, g.kh * g.kw, 12345, 1, 600, 7, True)
     cb = [{"hw_cycles": 5000, "model_cycles": 1}] * len(mod.compute_bound_buses())
     (tmp_path / "agreement.json").write_text(json.dumps({"summary": {"seconds": 9.0}, "rows": [asdict(row)],
                                                          "compute_bound": cb}))
