@@ -2,7 +2,7 @@
 
 The NPU has one AXI master per HP port (hw/dma.py `AxiDma(ports=N, read_streams=2)`: a ReadEngine
 and a WriteEngine per port, each read through a command slice, a dealer of up to two reads a cycle
-and an N:2 in-order response merger). The resource
+and a per-stream response merge, one N:1 select a stream). The resource
 model's DMA terms (`LogicCosts.*_axi_port*`, `lut_per_merge_word`: `dma_logic`; and
 `WidePortCosts`: `wide_port_logic`) are this sweep's fit: one 64-bit port at NMAX = 32 and
 128 gives a port's cost per NMAX word and its fixed part; 2 and 4 ports at NMAX 32 and 128
@@ -30,7 +30,8 @@ import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.dse.resource_model import DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic,
+                                         merge_luts)
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.synth import _to_verilog, find_yosys, parse_results, synthesize
 
@@ -71,14 +72,15 @@ def measure(root: Path, reuse: bool) -> dict[Point, dict[str, float]]:
 
 def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
     """One port: fixed + per-word from NMAX 32 and 128; the deal and merge: what 2 and 4 ports add
-    beyond whole extra ports (mean over the multi-port points, per port and NMAX word: it grows with
-    the ports); the data width: 4 ports at 128 against 64 bits, per port per bit."""
+    beyond whole extra ports (mean over the multi-port points, per NMAX word and select LUT level,
+    `merge_luts`: flat from 2 to 4 ports); the data width: 4 ports at 128 against 64 bits, per port per bit."""
     def one(n: int, key: str) -> float:
         return points[(n, 1, 64)][key]
 
     per_word = {k: (one(128, k) - one(32, k)) / 96 for k in ("lut", "ff")}
     fixed = {k: one(32, k) - 32 * per_word[k] for k in ("lut", "ff")}
-    merge = [(v["lut"] - p * one(n, "lut")) / (p * n) for (n, p, dw), v in points.items() if p > 1 and dw == 64]
+    merge = [(v["lut"] - p * one(n, "lut")) / (merge_luts(p) * n) for (n, p, dw), v in points.items()
+             if p > 1 and dw == 64]
     def wide(n: int, k: str) -> float:
         return (points[(n, 4, 128)][k] - points[(n, 4, 64)][k]) / (4 * 64)
 

@@ -320,11 +320,10 @@ class LayerCosts:
         d_weights, d_inputs = self._skew_terms(t, tile, groups)
         return np.maximum(np.maximum(d_weights, d_inputs), 0.0)
 
-    def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike,
-                    concave: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """`port_skew` before its max: (last weight row in + the input runs after it, last input run out)
-        - stream. With `concave` each is linear minus convex in t (m, c and the beats grow linearly with
-        t), so concave in t, and no larger than without."""
+    def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """`port_skew` before its max: (last weight row in, + the input runs after it with one walker, last input run out)
+        - stream. Each is linear minus convex in t (m, c and the beats grow linearly with t), so concave
+        in t."""
         bus = self.bus
         n = bus.n_ports
         pc = bus.port_cycles
@@ -340,11 +339,10 @@ class LayerCosts:
             c = n_w + m
             stream = self.bus.stream(beats, c)
             return last_w + m - stream, c - 1 + b_in - stream
-        # two walkers: the step's m input runs are dealt beside its n_w weight copies; in the ports' one
-        # order the last weight copy's response is followed by the input runs dealt after it, one a
-        # cycle: m - n_w of them, and at least one (the step's hand-over follows its last response)
-        # (`concave`: m - n_w as is, a lower bound that is concave in t, for `port_skew_floor`)
-        after = m - n_w if concave else np.maximum(m - n_w, 1)
+        # two walkers: the step's m input runs are dealt beside its n_w weight copies, and the DMA's merge
+        # gives each stream its own next response (hw/dma.py), so the input runs dealt after the last
+        # weight copy do not hold it back: the step is handed over the cycle after its last response
+        after = 1.0
         stream = np.maximum(np.maximum(n_w + 1, m) * self.bus.command_cycles, beats * self.bus.beat_cycles)
         return last_w + after - stream, m - 1 + b_in - stream
 
@@ -387,11 +385,11 @@ class LayerCosts:
 
     def port_skew_floor(self, t_lo: ArrayLike, t_hi: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """A lower bound on `port_skew` at every t in [t_lo, t_hi]: each of its concave terms
-        (`_skew_terms(concave=True)`) is smallest at an end of the range (the DSE's bound on the
+        (`_skew_terms`) is smallest at an end of the range (the DSE's bound on the
         prologue)."""
         if self.bus.n_ports == 1:
             return np.zeros(np.broadcast(np.asarray(t_lo), np.asarray(t_hi), np.asarray(groups), self.n_p).shape)
-        (w_lo, i_lo), (w_hi, i_hi) = (self._skew_terms(x, tile, groups, concave=True) for x in (t_lo, t_hi))
+        (w_lo, i_lo), (w_hi, i_hi) = (self._skew_terms(x, tile, groups) for x in (t_lo, t_hi))
         return np.maximum(np.maximum(np.minimum(w_lo, w_hi), np.minimum(i_lo, i_hi)), 0.0)
 
     def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:

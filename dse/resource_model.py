@@ -63,21 +63,21 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 3245.0
-    ff_base: float = 2936.0
-    lut_per_dma_word: float = 90.8       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
-    ff_per_dma_word: float = 56.2
+    lut_base: float = 3257.0
+    ff_base: float = 2940.0
+    lut_per_dma_word: float = 90.2       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    ff_per_dma_word: float = 55.5
     lut_per_port_word: float = 53.2      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
-    ff_per_port_word: float = 25.8
-    lut_per_bank: float = 246.0          # per input bank (NB): group placement and rotation state
-    ff_per_bank: float = 246.0
+    ff_per_port_word: float = 26.6
+    lut_per_bank: float = 245.0          # per input bank (NB): group placement and rotation state
+    ff_per_bank: float = 245.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
     lut_per_axi_port: float = 789.0      # burst planning, address queues, outstanding counters, one-beat shifters
     ff_per_axi_port: float = 411.0
     lut_per_axi_port_word: float = 38.6  # per NMAX word: response slots and register, W queue (LUT RAM) and beat select
     ff_per_axi_port_word: float = 48.2
-    lut_per_merge_word: float = 16.5     # per port and NMAX word, N > 1: the two-wide in-order response merge
-                                         # (each port's response at both heads' selects, its ready), the deal
+    lut_per_merge_word: float = 34.5     # per NMAX word and N:1 select LUT level (`merge_luts`), N > 1: each
+                                         # stream's response select over the ports, its ready, the deal
     # engine
     lut_core_base: float = 58.9
     ff_core_base: float = 655.0
@@ -108,8 +108,8 @@ class WidePortCosts:
     xc7 and xcup once the DSP48E2s are packed as a vendor flow packs them (hw/synth.py; six plain and
     Stackable twins, docs/figures/resources/xcup_engines.json), so one fit prices both."""
 
-    lut_per_port_bit: float = 9.38       # per AXI port, per data bit beyond 64
-    lut_per_port_bit_word: float = 0.0352  # the same, per NMAX word
+    lut_per_port_bit: float = 9.35       # per AXI port, per data bit beyond 64
+    lut_per_port_bit_word: float = 0.0353  # the same, per NMAX word
     ff_per_port_bit: float = 1.95
 
 
@@ -226,15 +226,23 @@ def fbcb_lutram(n_layers: int, bmax: int) -> int:
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
+def merge_luts(axi_ports: int) -> int:
+    """LUT6s a bit of one N:1 select takes (0 on one port): a LUT6 is a 4:1 multiplexer (4 data and 2
+    select inputs), and the slice's MUXF7/F8 join up to four of them for free (the DMA's per-stream
+    merge: one select per stream, so 2 to 4 ports cost the same)."""
+    return 0 if axi_ports <= 1 else -(-axi_ports // 4)
+
+
 def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_LOGIC, port_bits: int = 64,
               wide: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the AXI DMA (hw/dma.py AxiDma): a ReadEngine + WriteEngine per port, NMAX words
     wide, `port_bits` wide on the bus, and, with more than one port, the deal of the two read streams and
-    their two-wide response merge, which grow with the ports (each port feeds both heads' selects)."""
+    their per-stream response merge: each stream selects its next response among the N ports' (one
+    N:1 select of NMAX words a stream, `merge_luts`)."""
     nmax = np.asarray(nmax)
     xl, xf = wide_port_logic(port_bits, axi_ports, nmax, wide)
     lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
-        + (axi_ports > 1) * axi_ports * costs.lut_per_merge_word * nmax + xl
+        + merge_luts(axi_ports) * costs.lut_per_merge_word * nmax + xl
     ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax) + xf
     return lut, ff
 

@@ -428,12 +428,15 @@ class AxiDma(wiring.Component):
     beats keep to half of the ports. A caller that needs an order between the two
     streams (the Sequencer: a step's reads before the next step's) presents a read
     only once the reads it must follow are taken. Each command
-    carries its stream in a tag bit of its own through the port; the merger takes the
-    next response in that order and, in the same cycle, the one after it where it
-    belongs to the other stream, so up to two responses a cycle leave, each stream
-    still in its own command order. Each port takes its reads through a forward
-    register slice, so the deal's multiplexers end at a register (+1 cycle a read). The second one's `valid` depends on the first's
-    `ready` (it may only leave behind it): the Sequencer's skid buffers make both
+    carries its stream in a tag bit of its own through the port, and each stream records,
+    in a small FIFO of its own, the port each of its reads went to. The merger gives each
+    stream the head of the port its next read went to, once that head is its own, so up
+    to two responses a cycle leave, each stream in its own command order, and a stall of
+    one stream never bunches the other's responses behind it (the oldest read in flight is
+    always at the head of its port and of its stream, so neither waits for ever). Each
+    port takes its reads through a forward register slice, so the deal's multiplexers
+    end at a register (+1 cycle a read). The second command's `valid` depends on the
+    first's `ready` (it may only leave behind it): the Sequencer's skid buffers make both
     readies registers. `rd_restart` (only while no read is in flight) starts the
     deal over at port 0, stream 0 first: the NPU pulses it at each layer's start,
     so a layer's reads land on the ports the same way whatever ran before (the
@@ -447,6 +450,7 @@ class AxiDma(wiring.Component):
         if read_streams not in (1, 2):
             raise ValueError(f"read_streams must be 1 or 2, not {read_streams}")
         self.ports, self.read_streams, self.tag_width = ports, read_streams, tag_width
+        self.max_outstanding = max_outstanding
         engine_tag = tag_width + (read_streams - 1)          # + the stream bit, on top
         self.reads = [ReadEngine(addr_width, data_width, nmax, engine_tag, max_outstanding, id_width)
                       for _ in range(ports)]
@@ -528,7 +532,7 @@ class AxiDma(wiring.Component):
         Returns each port slice's `busy` (a read taken but not yet in its engine)."""
         n, tw = self.ports, self.tag_width
         cmds, rsps = (self.rd_cmd, self.rd_cmd1), (self.rd_rsp, self.rd_rsp1)
-        rd_next, rsp_next = Signal(range(n), name="rd_next"), Signal(range(n), name="rsp_next")
+        rd_next = Signal(range(n), name="rd_next")
 
         def after(ptr, k):
             return ptr + k if n == 1 else Mux(ptr + k >= n, ptr + k - n, ptr + k)
@@ -545,18 +549,31 @@ class AxiDma(wiring.Component):
         for i, (sl, rd) in enumerate(zip(slices, self.reads)):
             m.submodules[f"cmd_slice{i}"] = sl
             wiring.connect(m, sl.o, rd.cmd)
-        port_ready = Array(sl.i.ready for sl in slices)
+        # on several ports each stream records, in its own order, the port each of its reads went to:
+        # the merge then takes each stream's next response from that port, whatever the other stream does
+        port_fifos = []
+        if n > 1:
+            for s in range(2):
+                q = SyncFIFOBuffered(width=(n - 1).bit_length(), depth=self.max_reads_in_flight(n, self.max_outstanding) + n)
+                m.submodules[f"port_order{s}"] = q
+                port_fifos.append(q)
+            fifo_w_rdy = Array(q.w_rdy for q in port_fifos)
+            port_ready = Array(sl.i.ready for sl in slices)
+            a_ok, b_ok = port_ready[rd_next] & fifo_w_rdy[first], fifo_w_rdy[second]
+        else:
+            port_ready = Array(sl.i.ready for sl in slices)
+            a_ok, b_ok = port_ready[rd_next], 1
         a_valid, a_fire = Signal(), Signal()
-        m.d.comb += [a_valid.eq(cmd_valid[first]), a_fire.eq(a_valid & port_ready[rd_next])]
+        m.d.comb += [a_valid.eq(cmd_valid[first]), a_fire.eq(a_valid & a_ok)]
         if n == 1:
             b_ready = port_ready[0] & ~a_valid
             port_b = rd_next
         else:
             port_b = Signal(range(n), name="port_b")
             m.d.comb += port_b.eq(after(rd_next, a_fire))
-            b_ready = port_ready[port_b]
+            b_ready = port_ready[port_b] & b_ok
         for s, c in enumerate(cmds):
-            m.d.comb += c.ready.eq(Mux(swap == s, port_ready[rd_next], b_ready))
+            m.d.comb += c.ready.eq(Mux(swap == s, a_ok, b_ready))
         b_fire = cmd_valid[second] & b_ready
         layout = self.reads[0].cmd.payload.shape()
         a_cmd, b_cmd = (layout(Cat(cmd_payload[x], x)) for x in (first, second))      # + the stream bit
@@ -569,44 +586,38 @@ class AxiDma(wiring.Component):
             if n % 2 == 0:
                 with m.If(rd_next + a_fire + b_fire >= n):
                     m.d.sync += swap.eq(~swap)
+            for s, q in enumerate(port_fifos):
+                m.d.comb += [q.w_en.eq(Mux(swap == s, a_fire, b_fire)),
+                             q.w_data.eq(Mux(swap == s, rd_next, port_b))]
 
-        # the merge: head A (port rsp_next) leaves if its stream is ready; B (the next port) with it
-        # where B is of the other stream and that stream is ready too
         layout = self.reads[0].rsp.payload.shape()
         valid = Array(rd.rsp.valid for rd in self.reads)
         payload = Array(rd.rsp.payload.as_value() for rd in self.reads)
-        a_valid, a = Signal(name="a_valid"), Signal(layout, name="a")
-        m.d.comb += [a_valid.eq(valid[rsp_next]), a.eq(payload[rsp_next])]
-        a_s = a.tag[tw]
-        ready_of = Array(r.ready for r in rsps)
-        take_a = Signal()
-        m.d.comb += take_a.eq(a_valid & ready_of[a_s])
-        if n > 1:
-            b_port, b_valid, b = Signal(range(n), name="b_port"), Signal(name="b_valid"), Signal(layout, name="b")
-            m.d.comb += [b_port.eq(after(rsp_next, 1)), b_valid.eq(valid[b_port]), b.eq(payload[b_port])]
-            b_s = b.tag[tw]
-            take_b = Signal()
-            m.d.comb += take_b.eq(take_a & b_valid & (b_s != a_s) & ready_of[b_s])
-        for s, r in enumerate(rsps):
-            from_a = a_s == s
-            if n > 1:
-                m.d.comb += r.valid.eq(Mux(from_a, a_valid, take_a & b_valid & (b_s == s)))
-                src = Signal(layout, name=f"src{s}")
-                m.d.comb += src.eq(Mux(from_a, a.as_value(), b.as_value()))
-            else:
-                m.d.comb += r.valid.eq(a_valid & from_a)
-                src = a
-            m.d.comb += [r.payload.data.eq(src.data), r.payload.nwords.eq(src.nwords),
-                         r.payload.tag.eq(src.tag[:tw])]
-        for i, rd in enumerate(self.reads):
-            ready = (rsp_next == i) & ready_of[a_s]
-            if n > 1:
-                ready |= (b_port == i) & take_b
-            m.d.comb += rd.rsp.ready.eq(ready)
-        if n > 1:
-            m.d.sync += rsp_next.eq(after(rsp_next, take_a + take_b))
+        if n == 1:
+            # one port: its head goes to the stream it belongs to
+            head = Signal(layout, name="head")
+            m.d.comb += head.eq(payload[0])
+            for s, r in enumerate(rsps):
+                m.d.comb += [r.valid.eq(valid[0] & (head.tag[tw] == s)), r.payload.data.eq(head.data),
+                             r.payload.nwords.eq(head.nwords), r.payload.tag.eq(head.tag[:tw])]
+            m.d.comb += self.reads[0].rsp.ready.eq(Array(r.ready for r in rsps)[head.tag[tw]])
+        else:
+            # the merge: each stream's next response is the head of the port its next read went to, once
+            # that head is its own (the port's older reads of the other stream have left); the oldest read
+            # in flight is always at the head of its port and of its stream, so neither stream waits on
+            # the other for ever, and up to two responses leave a cycle
+            takes = []
+            for s, (r, q) in enumerate(zip(rsps, port_fifos)):
+                head = Signal(layout, name=f"head{s}")
+                mine = Signal(name=f"mine{s}")
+                m.d.comb += [head.eq(payload[q.r_data]), mine.eq(q.r_rdy & valid[q.r_data] & (head.tag[tw] == s)),
+                             r.valid.eq(mine), r.payload.data.eq(head.data), r.payload.nwords.eq(head.nwords),
+                             r.payload.tag.eq(head.tag[:tw]), q.r_en.eq(mine & r.ready)]
+                takes.append((q.r_data, mine & r.ready))
+            for i, rd in enumerate(self.reads):
+                m.d.comb += rd.rsp.ready.eq(((takes[0][0] == i) & takes[0][1]) | ((takes[1][0] == i) & takes[1][1]))
         with m.If(self.rd_restart):
-            m.d.sync += [rd_next.eq(0), rsp_next.eq(0), swap.eq(0)]
+            m.d.sync += [rd_next.eq(0), swap.eq(0)]
         return [sl.busy for sl in slices]
 
 

@@ -63,8 +63,13 @@ def test_show_reads_the_bundle(resnet_bundle):
 def test_dse_human_summary_for_inception_on_zcu104():
     proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4", "--json")
     assert proc.returncode == 0, proc.stderr
-    placement = json.loads(proc.stdout)["resources"]["placement"]
-    proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4")
+    pick = json.loads(proc.stdout)
+    placement = pick["resources"]["placement"]
+    # the human summary of the same design, evaluated (the search ran above)
+    d = pick["design"]
+    proc = run("dse", "--model", "inceptionv3", "--board", "zcu104", "--bmax", "4", "--design",
+               f"{d['TR']},{d['TP']},{d['TC']}", "--banks", str(d["NB"]), "--ports", str(d["ports"]),
+               "--stackable" if pick["stackable"] else "--no-stackable")
     assert proc.returncode == 0, proc.stderr
     assert "<TR, TP, TC>" in proc.stdout and "GOp/s" in proc.stdout
     # where the buffers go, as the bundle tells the RTL to build them

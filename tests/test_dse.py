@@ -66,8 +66,8 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
 def test_search_finds_brute_force_optimum(make_board, tiny_workload, batching, stackable):
     """The pick is the brute force's over every <TR, TP, TC> that fits at every port count P and bank count
     NB (ties: fewer ports, then fewer banks, then smaller TP, TC, TR). Two HP ports, so that P spans
-    1..2: the brute force is pure Python and each port count doubles it."""
-    tiny_board = make_board(hp_ports=2)
+    1..2, and 4 DSPs: the brute force is pure Python and each port count doubles it."""
+    tiny_board = make_board(dsp=4, hp_ports=2)
     assert tiny_board.port_choices() == [1, 2]
     opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
     result = explore(tiny_workload, tiny_board, opts)
@@ -170,12 +170,12 @@ def test_evaluate_design_refuses_what_does_not_fit(tiny_board, tiny_workload):
 
 
 def test_bmax_that_no_design_can_serve(tiny_board, tiny_workload):
-    # 2 x 32 input banks of at least half a BRAM36 each cannot fit 8 BRAM36 ...
+    # 2 x 16 input banks of at least half a BRAM36 each cannot fit 8 BRAM36 ...
     with pytest.raises(FluidError, match="no NPU design fits"):
-        explore(tiny_workload, tiny_board, DSEOptions(bmax=32, banks=32))
-    # ... but an engine with fewer banks serves Bmax 32, packing at most NB groups a pass
-    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=32, ports=4, stackable=True))   # P, PEs spanned elsewhere
-    assert few.NB < 32 and few.resources.bram36 <= tiny_board.bram36
+        explore(tiny_workload, tiny_board, DSEOptions(bmax=16, banks=16))
+    # ... but an engine with fewer banks serves Bmax 16, packing at most NB groups a pass
+    few = explore(tiny_workload, tiny_board, DSEOptions(bmax=16, ports=4, stackable=True))   # P, PEs spanned elsewhere
+    assert few.NB < 16 and few.resources.bram36 <= tiny_board.bram36
     with pytest.raises(FluidError, match="input banks NB = 3"):
         explore(tiny_workload, tiny_board, DSEOptions(bmax=4, banks=3))
     with pytest.raises(FluidError, match="input banks NB = 4"):
@@ -210,9 +210,10 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
 @pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
                                   DSEOptions(bmax=3, batching="fc")])
 def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload, opts):
-    """On a bigger board (13,400 designs at Bmax 4, 100 TR per pair), the search's pick is the best of every design
-    that fits, each scored exactly by the closed form (ties: smaller TP, TC, TR)."""
-    board = make_board(dsp=40, bram36=48)
+    """On a bigger board (122,400 designs over its port, bank and PE spaces at Bmax 4, 100 TR per pair), the
+    search's pick is the best of every design that fits, each scored exactly by the closed form (ties:
+    smaller TP, TC, TR)."""
+    board = make_board(dsp=24, bram36=32)
     layers = tiny_workload.layers()
     reps, counts = unique_layers(layers)
     best, n_designs = (-np.inf, None), 0

@@ -31,7 +31,7 @@ pytest.importorskip("amaranth")
 
 from fluidnpu.boards.catalog import load_board  # noqa: E402
 from fluidnpu.bundle import bundle_from_result, load_bundle  # noqa: E402
-from fluidnpu.dse.search import DSEOptions, explore  # noqa: E402
+from fluidnpu.dse.search import DSEOptions, evaluate_design, explore  # noqa: E402
 from fluidnpu.errors import FluidError  # noqa: E402
 from fluidnpu.hls_gen.vivado import PS_FAMILIES, resolve_target, tcl_word  # noqa: E402
 from fluidnpu.hw.regmap import VLNV, WINDOW_BYTES, design_hash  # noqa: E402
@@ -452,8 +452,9 @@ def project(request, tmp_path_factory):
     AXI masters on ZC706, two on ZCU104 (the block design wires exactly the bundle's design.ports)."""
     board = request.param
     tmp = tmp_path_factory.mktemp(board)
-    bundle = bundle_from_result(explore(_tiny_workload(), load_board(board),
-                                        DSEOptions(bmax=4, ports=EXPECT[board]["ports"])))
+    # a small design, not the board's DSE pick: its RTL generates in seconds
+    bundle = bundle_from_result(evaluate_design(_tiny_workload(), load_board(board), 32, 4, 8,
+                                                DSEOptions(bmax=4, ports=EXPECT[board]["ports"])))
     path = tmp / "design.json"
     bundle.save(path)
     out = tmp / "viv"
@@ -632,7 +633,7 @@ def _user_bundle(tmp_path: Path, family: str | None, hp_width: int = 64) -> Path
 
     zc706 = load_board("zc706")
     board = Board.from_dict(zc706.to_dict() | {"name": "myboard", "family": family or "", "hp_width_bits": hp_width})
-    bundle = bundle_from_result(explore(_tiny_workload(), board, DSEOptions(bmax=2)))
+    bundle = bundle_from_result(evaluate_design(_tiny_workload(), board, 16, 4, 4, DSEOptions(bmax=2)))
     path = tmp_path / "design.json"
     bundle.save(path)
     load_bundle(path)  # still a valid bundle

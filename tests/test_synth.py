@@ -189,7 +189,7 @@ def test_engine_builds_the_placement_the_model_priced(tmp_path):
     from fluidnpu.dse.resource_model import bram36_for, memories, uram_for
     from fluidnpu.hw.engine_core import EngineCore
 
-    TR, TP, TC, NB = 4096, 2, 2, 2
+    TR, TP, TC, NB = 1024, 2, 2, 2
     placement = {"input": "uram", "accumulator": "bram", "output": "bram"}
     rep = synthesize(EngineCore(TR=TR, TP=TP, TC=TC, NB=NB, placement=placement), "core", family="xcup",
                      workdir=tmp_path)
