@@ -321,9 +321,9 @@ class LayerCosts:
         return np.maximum(np.maximum(d_weights, d_inputs), 0.0)
 
     def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        """`port_skew` before its max: (last weight row in, + the input runs after it with one walker, last input run out)
-        - stream. Each is linear minus convex in t (m, c and the beats grow linearly with t), so concave
-        in t."""
+        """`port_skew` before its max: (the step's hand-over after its last weight row, last input run
+        out) - stream. Each is linear minus convex in t (m, c and the beats grow linearly with t), so
+        concave in t."""
         bus = self.bus
         n = bus.n_ports
         pc = bus.port_cycles
@@ -342,9 +342,8 @@ class LayerCosts:
         # two walkers: the step's m input runs are dealt beside its n_w weight copies, and the DMA's merge
         # gives each stream its own next response (hw/dma.py), so the input runs dealt after the last
         # weight copy do not hold it back: the step is handed over the cycle after its last response
-        after = 1.0
         stream = np.maximum(np.maximum(n_w + 1, m) * self.bus.command_cycles, beats * self.bus.beat_cycles)
-        return last_w + after - stream, m - 1 + b_in - stream
+        return last_w + 1 - stream, m - 1 + b_in - stream
 
     def _step_inputs(self, t: ArrayLike, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(input runs a step for `groups` groups of t rows, beats of one run)."""

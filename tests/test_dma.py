@@ -334,12 +334,10 @@ def _decode(layout, items: list[int]) -> list[dict]:
 
 def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int = 64, nmax: int = 16,
                   timings: list[SlaveTiming] | None = None, seed: int = 0, cmd_valid: float = 1.0,
-                  rsp_ready: float = 1.0, error_ranges=(), reads1: list[dict] | None = None,
-                  rsp1_ready: float | None = None) -> MultiOutcome:
+                  rsp_ready: float = 1.0, error_ranges=(), reads1: list[dict] | None = None) -> MultiOutcome:
     """AxiDma with one AxiRamModel per port on one memory (each port its own timing), reads and
     writes streamed concurrently; runs until every response is in and both sides are idle.
-    `reads1`: a second read stream's commands (AxiDma(read_streams=2)), streamed beside `reads`;
-    `rsp1_ready`: its responses' ready probability (`rsp_ready` if None)."""
+    `reads1`: a second read stream's commands (AxiDma(read_streams=2)), streamed beside `reads`."""
     dut = AxiDma(data_width=dw, nmax=nmax, tag_width=4, ports=ports, read_streams=1 if reads1 is None else 2)
     timings = timings or [SlaveTiming()] * ports
     models = [AxiRamModel(dut.m_axi(0), size=MEM, data_width=dw, timing=timings[0], seed=seed,
@@ -351,8 +349,7 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
     wr_src = StreamSource(dut.wr_cmd, writes, valid_prob=cmd_valid, seed=seed + 2)
     sink = StreamSink(dut.rd_rsp, len(reads), ready_prob=rsp_ready, seed=seed + 3)
     second = [] if reads1 is None else [StreamSource(dut.rd_cmd1, reads1, valid_prob=cmd_valid, seed=seed + 4),
-                                        StreamSink(dut.rd_rsp1, len(reads1), ready_prob=rsp_ready if rsp1_ready is None else rsp1_ready,
-                                                   seed=seed + 5)]
+                                        StreamSink(dut.rd_rsp1, len(reads1), ready_prob=rsp_ready, seed=seed + 5)]
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     for proc in (*(mdl.process for mdl in models), rd_src.process, wr_src.process, sink.process,
