@@ -505,7 +505,7 @@ class LayerCosts:
         return fill + t * (groups - np.asarray(pad)) * tile.out_row - np.maximum(np.asarray(step) - t, 0)
 
 
-def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: int, BP: ArrayLike, packed: ArrayLike,
+def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: ArrayLike, BP: ArrayLike, packed: ArrayLike,
                 npass: ArrayLike, same_last: ArrayLike, rows_full: ArrayLike, tre_full: ArrayLike,
                 rows_last: ArrayLike, tre_last: ArrayLike) -> np.ndarray:
     """The control unit's per-layer planning (hw/sequencer.py), cycle for cycle.
@@ -734,8 +734,8 @@ class LayerSetup:
     R: np.ndarray
     G: np.ndarray
     b: int
-    BR: int
-    BP: int
+    BR: np.ndarray               # the split (an array where several are priced side by side)
+    BP: np.ndarray
     packed: np.ndarray           # C <= TCk: groups share a pass
     g: np.ndarray                # groups in a full pass
     h: np.ndarray                # groups in the last pass
@@ -751,19 +751,21 @@ class LayerSetup:
     pad: np.ndarray              # the last pass's padding rows, in group units (`LayerCosts.block`)
 
 
-def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: int,
+def layer_setup(mode: ModeCosts, R: ArrayLike, G: ArrayLike, b: int, BR: ArrayLike,
                 banks: int | None = None) -> LayerSetup:
     """`banks`: the engine's input banks NB, which cap the groups of a pass (None: no cap, as on an
-    engine with NB >= Bmax)."""
-    if not 1 <= BR <= b:
+    engine with NB >= Bmax). `BR` may be an array (several splits priced in one call, broadcast
+    against the designs and layers: the DSE prices a batch size's splits side by side)."""
+    BR = np.asarray(BR, dtype=np.int64)
+    if np.any(BR < 1) or np.any(BR > b):
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
     R, G = np.asarray(R, dtype=np.int64), np.asarray(G, dtype=np.int64)
     C, TCk = mode.C, mode.TCk
     BP = -(-b // BR)
     n_last = b - (BP - 1) * BR          # samples in the last (possibly partial) group
     packed = C <= TCk
-    g = np.where(packed, np.minimum(min(BP, banks or BP), TCk // np.maximum(C, 1)), 1)
-    npass = _ceil_div(np.int64(BP), g)
+    g = np.where(packed, np.minimum(BP if banks is None else np.minimum(BP, banks), TCk // np.maximum(C, 1)), 1)
+    npass = _ceil_div(BP, g)
     h = BP - (npass - 1) * g            # groups in the last pass
     rows_last = np.where(h == 1, n_last, BR) * R   # a partial group alone streams only its rows
     # beside others, a partial group streams the pass's rows: the rest of its share is padding (zero-fill

@@ -198,11 +198,26 @@ def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Seque
             for k in k_codes}
 
 
-def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice, banks: int) -> LayerSetup:
+def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice, banks: int,
+                 BR: np.ndarray | None = None) -> LayerSetup:
     """A choice's groups and passes on an engine of `banks` input banks; a serial choice is one sample
-    (its cycles count b times)."""
-    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else ch.BR,
+    (its cycles count b times). `BR`: several splits of the choice's kind at once (`split_stacks`)."""
+    split = ch.BR if BR is None else BR
+    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else split,
                        banks)
+
+
+def split_stacks(cands: list[Choice]) -> list[tuple[Choice, np.ndarray | None]]:
+    """The candidates in runs that differ only in BR, each with its BRs as an array along a new
+    leading axis (None: a run of one, priced as it is): numpy's per-call cost, not the arithmetic,
+    dominates pricing a few hundred ranges, so a batch size's splits are priced side by side in one call."""
+    stacks: list[tuple[Choice, list[int]]] = []
+    for ch in cands:
+        if stacks and replace(stacks[-1][0], BR=ch.BR) == ch:
+            stacks[-1][1].append(ch.BR)
+        else:
+            stacks.append((ch, [ch.BR]))
+    return [(ch, np.asarray(brs, dtype=np.int64)[:, None, None] if len(brs) > 1 else None) for ch, brs in stacks]
 
 
 def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.ndarray:
@@ -284,9 +299,10 @@ class Scorer:
             modes = modes_of(TP[live, None], TC[live, None], self.shapes, k_codes(opts.given_stackable()), self.bus,
                              opts.timing)
             best_hi = best_lo = None
-            for ch in choices(opts.batching, b, opts.given_stackable()):
-                setup = choice_setup(modes, self.shapes, b, ch, self.banks)
-                at_hi, low = (_applies(c, self.shapes, b, ch) for c in layer_cycles_bound(setup, *col))
+            for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable())):
+                setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR)
+                at_hi, low = (_applies(c if BR is None else c.min(axis=0), self.shapes, b, ch)
+                              for c in layer_cycles_bound(setup, *col))
                 best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
                 best_lo = low if best_lo is None else np.minimum(best_lo, low)
             gop = w * 2.0 * b * self.macs * self.clock_mhz * 1e6 / 1e9

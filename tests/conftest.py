@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
 from fluidnpu.workload import Exit, Layer, Workload
+
+# the suite's simulations are short: a Verilator build at -O0 takes half the time of -Os and runs them about as
+# fast (sim_tb/runner.py); set here, so that the servers the tests start as subprocesses build alike
+os.environ.setdefault("FLUIDNPU_VERILATOR_OPT", "-O0")
 
 
 def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int | None = None) -> dict:

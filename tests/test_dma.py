@@ -532,3 +532,18 @@ def test_runner_plumbing(monkeypatch, tmp_path):
         runner.run_cocotb(tmp_path / "top.v", "top", "no_such_module", sim="icarus")
     with pytest.raises(ValueError):
         runner.run_cocotb(tmp_path / "top.v", "top", "no_such_module", sim="xsim")
+
+
+def test_verilator_build_optimisation_is_chosen_by_the_environment(monkeypatch, tmp_path):
+    """FLUIDNPU_VERILATOR_OPT reaches Verilator's make as its three optimisation variables (the suite
+    sets -O0, tests/conftest.py); nothing is added without it, and a value make would not take is refused."""
+    from fluidnpu.sim_tb import runner
+
+    assert os.environ.get(runner.OPT_ENV) == "-O0"
+    assert runner._opt_flags("-O0") == ["OPT_FAST=-O0", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0"]
+    assert runner._opt_flags("") == []
+    monkeypatch.setenv(runner.OPT_ENV, "-O9; rm -rf /")
+    monkeypatch.setattr(runner, "simulator_available", lambda sim: True)
+    (tmp_path / "top.v").write_text("module top; endmodule\n")
+    with pytest.raises(ValueError, match=runner.OPT_ENV):
+        runner.run_cocotb(tmp_path / "top.v", "top", "no_such_module", build_dir=tmp_path / "b")

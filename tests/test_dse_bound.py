@@ -90,3 +90,32 @@ def test_block_cost_is_convex_and_not_negative(case, w, groups):
     f = costs.block(t, tile, groups)
     assert f[0] >= 0
     assert (f[:-2] + f[2:] - 2 * f[1:-1] >= -TOL).all()
+
+
+def test_splits_priced_side_by_side_equal_each_priced_alone():
+    """`split_stacks`: a batch size's splits BR stacked on a leading axis price every (split, design,
+    layer) exactly as one split at a time does (the search's bound takes their minimum)."""
+    from dataclasses import replace
+
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.search import LayerShapes, choice_setup, choices, modes_of, split_stacks, unique_layers
+    from fluidnpu.zoo import zoo_model
+
+    reps, _ = unique_layers(zoo_model("resnet50").layers())
+    shapes = LayerShapes.of(reps)
+    TP, TC = np.array([[3], [14], [27]]), np.array([[40], [64], [64]])
+    lo, hi = np.array([[5], [300], [778]]), np.array([[90], [2091], [778]])
+    board = load_board("zcu104")
+    for ports, banks, b in ((1, 2, 3), (4, 8, 8), (2, 4, 5)):
+        bus = board.bus(board.clock_mhz, ports)
+        stacks = split_stacks(choices("fluid", b, True))
+        assert len(stacks) == 3        # one run per Stackable-PE mode
+        for ch, BR in stacks:
+            assert BR is not None and BR[:, 0, 0].tolist() == list(range(b, 0, -1))
+            modes = modes_of(TP, TC, shapes, (ch.k_code,), bus, DEFAULT_TIMING)
+            both = layer_cycles_bound(choice_setup(modes, shapes, b, ch, banks, BR), lo, hi)
+            for i, br in enumerate(BR[:, 0, 0]):
+                alone = layer_cycles_bound(choice_setup(modes, shapes, b, replace(ch, BR=int(br)), banks), lo, hi)
+                for s, a in zip(both, alone):
+                    np.testing.assert_array_equal(np.broadcast_to(s, (b, *a.shape))[i], a)
+    assert [BR for _, BR in split_stacks(choices("r", 4, True))] == [None, None, None]
