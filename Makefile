@@ -25,7 +25,7 @@ run: $(VENV)/.installed-run
 
 ## make test: set up with dev dependencies, lint (ruff + mypy), then the whole suite
 test: lint
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 ## make lint: ruff, then mypy on the installed layout (fluidnpu.<folder>), mirrored with symlinks in build/typecheck
 TYPECHECK := $(BUILD)/typecheck

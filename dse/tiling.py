@@ -10,11 +10,13 @@ exactly, and `schedule_cycles` must equal the closed form.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, EngineTiming, TileCosts, bias_chunk, layer_costs, mode_dims
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerCosts, TileCosts, bias_chunk, layer_costs,
+                                     mode_dims)
 from fluidnpu.hw.regmap import ROW_BITS, mode_depth
 
 
@@ -130,14 +132,23 @@ def planning_cycles(sched: LayerSchedule) -> int:
     return cycles
 
 
+@functools.lru_cache(maxsize=4096)
+def _layer_costs(TPk: int, P: int, C: int, taps: int, bus: Bus, timing: EngineTiming, R: int, inside: float,
+                 chunk: int, depth: int, kw: int, edge: float) -> LayerCosts:
+    """`schedule_cycles`' layer costs, shared by every schedule of a layer on one engine shape and bus:
+    they depend on none of TR, b or BR, and a brute force prices thousands of schedules a layer."""
+    return layer_costs(np.int64(TPk), np.int64(P), np.int64(C), taps, bus, timing, R, inside, chunk, depth, kw, edge)
+
+
 def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
                     timing: EngineTiming = DEFAULT_TIMING, taps: int = 1, port_bytes: float | None = None,
                     inside: float = 1.0, ports: int = 0, kw: int = 1, edge: float = 0.0) -> int:
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
-    costs = layer_costs(np.int64(sched.TPk), np.int64(P), np.int64(C), taps,
-                        Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, sched.R, inside,
-                        bias_chunk(sched.TP, sched.TC), mode_depth(sched.TP, sched.k_code), kw, edge)
+    costs = _layer_costs(int(sched.TPk), int(P), int(C), int(taps),
+                         Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, int(sched.R),
+                         float(inside), int(bias_chunk(sched.TP, sched.TC)), int(mode_depth(sched.TP, sched.k_code)),
+                         int(kw), float(edge))
     tiles: dict[tuple[int, int], TileCosts] = {}
     blocks: dict[tuple[int, int, int, float], float] = {}
 

@@ -2,7 +2,9 @@
 
 Run by tests/test_dma.py through `fluidnpu.sim_tb.runner.run_cocotb`; the
 engine parameters arrive as JSON in `FLUIDNPU_DMA_PARAMS` (`ports`: AXI
-ports, default 1). Each port `m_axi<i>` gets its own `AxiRam`, all on one
+ports, default 1; `read_streams`: 2 drives the second read stream `rd_cmd1`/`rd_rsp1`
+beside the first, as the NPU's two walkers do, each with its own idle cycles and
+backpressure, each checked in its own order). Each port `m_axi<i>` gets its own `AxiRam`, all on one
 memory (`sim_tb/cocotb_ram.py`); every AXI channel of every port gets its own
 random pause generator (a different stall probability per port, so the ports
 run out of step), the command inputs random idle cycles and the response
@@ -57,9 +59,9 @@ async def _send(dut, prefix: str, layout, items: list[dict], rng: random.Random)
     valid.value = 0
 
 
-async def _receive(dut, layout, count: int, rng: random.Random, out: list) -> None:
+async def _receive(dut, layout, count: int, rng: random.Random, out: list, prefix: str = "rd_rsp") -> None:
     """Collect `count` read responses with random backpressure."""
-    valid, ready, payload = dut.rd_rsp__valid, dut.rd_rsp__ready, dut.rd_rsp__payload
+    valid, ready, payload = (getattr(dut, f"{prefix}__{n}") for n in ("valid", "ready", "payload"))
     while len(out) < count:
         ready.value = int(rng.random() < 0.7)
         await RisingEdge(dut.clk)
@@ -78,12 +80,18 @@ async def _count_bursts(dut, prefix: str, counts: dict) -> None:
         counts["aw"] += int(awv.value and awr.value)
 
 
-async def _reads(dut, cmds: list[dict], rsp_layout, cmd_layout, rng: random.Random) -> list:
-    got: list = []
-    rx = cocotb.start_soon(_receive(dut, rsp_layout, len(cmds), random.Random(rng.random()), got))
-    await _send(dut, "rd_cmd", cmd_layout, cmds, rng)
-    await rx
-    return got
+async def _reads(dut, cmds: list[dict], rsp_layout, cmd_layout, rng: random.Random, streams: int = 1) -> list:
+    """Every command answered, in order per stream: with two streams the odd-numbered commands go
+    on the second, both streams driven at once; the responses come back in `cmds`' order."""
+    parts = [cmds[s::streams] for s in range(streams)]
+    got: list[list] = [[] for _ in parts]
+    rx = [cocotb.start_soon(_receive(dut, rsp_layout, len(part), random.Random(rng.random()), out, f"rd_rsp{sfx}"))
+          for part, out, sfx in zip(parts, got, ("", "1"))]
+    tx = [cocotb.start_soon(_send(dut, f"rd_cmd{sfx}", cmd_layout, part, random.Random(rng.random())))
+          for part, sfx in zip(parts, ("", "1"))]
+    for task in tx + rx:
+        await task
+    return [got[k % streams][k // streams] for k in range(len(cmds))]
 
 
 def _expect(mem: bytes, cmd: dict, nmax: int) -> tuple[list[int], int, int]:
@@ -108,6 +116,11 @@ async def dma_against_cocotbext_axi_ram(dut):
     dut.rd_cmd__valid.value = 0
     dut.wr_cmd__valid.value = 0
     dut.rd_rsp__ready.value = 0
+    streams = p.get("read_streams", 1)
+    if streams == 2:
+        dut.rd_cmd1__valid.value = 0
+        dut.rd_rsp1__ready.value = 0
+        dut.rd_restart.value = 0
     rams = axi_rams(dut, MEM, pause=0.4, seed=10)
     assert len(rams) == p.get("ports", 1)
     ram = rams[0]
@@ -137,7 +150,7 @@ async def dma_against_cocotbext_axi_ram(dut):
         reads.append({"addr": _addr(rng, READ_REGION, n), "nwords": n, "zero": int(rng.random() < 0.15),
                       "tag": k % (1 << tag_width)})
     writer = cocotb.start_soon(_send(dut, "wr_cmd", wr_cmd_l, writes, random.Random(rng.random())))
-    got = await _reads(dut, reads, rd_rsp_l, rd_cmd_l, rng)
+    got = await _reads(dut, reads, rd_rsp_l, rd_cmd_l, rng, streams)
     await writer
     for k, (cmd, rsp) in enumerate(zip(reads, got)):
         assert rsp == _expect(image, cmd, nmax), f"read {k} {cmd}: got {rsp}"
@@ -157,7 +170,7 @@ async def dma_against_cocotbext_axi_ram(dut):
     for k in range(40):
         n = rng.randint(1, nmax)
         back.append({"addr": _addr(rng, WRITE_REGION, n), "nwords": n, "zero": 0, "tag": k % (1 << tag_width)})
-    got = await _reads(dut, back, rd_rsp_l, rd_cmd_l, rng)
+    got = await _reads(dut, back, rd_rsp_l, rd_cmd_l, rng, streams)
     for k, (cmd, rsp) in enumerate(zip(back, got)):
         assert rsp == _expect(image, cmd, nmax), f"read-back {k} {cmd}: got {rsp}"
     await ClockCycles(dut.clk, 2)

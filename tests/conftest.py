@@ -27,6 +27,20 @@ def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int 
     return data
 
 
+@pytest.fixture(scope="session")
+def shared_dse_cache(tmp_path_factory) -> Path:
+    """One DSE cache for the tests that evaluate the zoo's designs (`--cache-dir`, EvalConfig.cache_dir): each
+    design is searched once per run, not once per test. Under pytest-xdist every worker's base temporary
+    directory has the same parent, so a design one worker searched is a hit for the others; entries are
+    written atomically (scheduler_fw/designs.py), and two workers missing at once both search and agree."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "shared-dse-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture
 def make_board():
     """Factory: a board like ZC706 with the given DSP/BRAM/URAM counts."""

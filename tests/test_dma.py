@@ -506,15 +506,17 @@ def test_parameter_checks_and_geometry():
 # -- generated Verilog under Verilator, against cocotbext-axi ------------------
 
 
-@pytest.mark.parametrize("sim,ports", [("icarus", 1), ("verilator", 3)])
-def test_dma_verilog_against_cocotbext_axi_ram(sim, ports):
+@pytest.mark.parametrize("sim,ports,streams", [("icarus", 1, 1), ("verilator", 3, 2)])
+def test_dma_verilog_against_cocotbext_axi_ram(sim, ports, streams):
     """`AxiDma` as Verilog: concurrent reads/writes, pauses on every AXI channel (sim_tb/tb_dma.py);
     with several ports one AxiRam per port on one memory, each port stalled independently.
     Icarus is skipped where `iverilog` is not installed; one port under Verilator is the NPU's
-    (tests/test_npu.py), so Verilator runs the several-port DMA here."""
-    params = {"data_width": 64, "nmax": 16, "tag_width": 4, "max_outstanding": 8, "seed": 3, "ports": ports}
+    (tests/test_npu.py), so Verilator runs the DMA the NPU builds on several ports: two read
+    streams, each with its own idle cycles and backpressure, through the per-stream merge."""
+    params = {"data_width": 64, "nmax": 16, "tag_width": 4, "max_outstanding": 8, "seed": 3, "ports": ports,
+              "read_streams": streams}
     dut = AxiDma(data_width=params["data_width"], nmax=params["nmax"], tag_width=params["tag_width"],
-                 max_outstanding=params["max_outstanding"], ports=ports)
+                 max_outstanding=params["max_outstanding"], ports=ports, read_streams=streams)
     run_cocotb(dut, "fluidnpu_dma", "fluidnpu.sim_tb.tb_dma", sim=sim,
                extra_env={"FLUIDNPU_DMA_PARAMS": json.dumps(params)})
 

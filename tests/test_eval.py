@@ -156,12 +156,12 @@ def test_headline_leaves_out_saturated_points_and_separates_the_hardware():
     assert all_points_gain(rows) > 2 * own["mean_latency_gain"]
 
 
-def test_headline_does_not_move_with_run_length(tmp_path):
+def test_headline_does_not_move_with_run_length(shared_dse_cache):
     """The issue's bug: the old aggregate read 4.31x / 4.95x / 5.69x at 2,000 / 4,000 / 8,000 requests. The
     headline over unsaturated points must agree within 5 % (a reduced Fig. 4: three policies, one seed)."""
     panel = Panel("r", "resnet50", "zc706", (5.0, 10.0, 20.0, 25.0), (400.0,), ("serial", "r-adaptb-s", "fluidb"),
                   control=True)
-    cfg = EvalConfig(seeds=1, jobs=1, cache_dir=tmp_path)
+    cfg = EvalConfig(seeds=1, jobs=1, cache_dir=shared_dse_cache)
     tables, _ = design_tables([panel], cfg)
     heads, old = {}, {}
     for n in (2000, 4000, 8000):
@@ -205,11 +205,11 @@ def test_load_panels_scale_rates_by_capacity():
 
 # ---- reproductions, small --------------------------------------------------------------
 
-def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
+def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys, shared_dse_cache):
     from fluidnpu.cli import main
 
     out = tmp_path / "out"
-    main(["eval", "fig4", "--seeds", "1", "--samples", "150", "--out", str(out), "--cache-dir", str(tmp_path / "c"),
+    main(["eval", "fig4", "--seeds", "1", "--samples", "150", "--out", str(out), "--cache-dir", str(shared_dse_cache),
           "--json"])
     printed = json.loads(capsys.readouterr().out)["fig4"]
     files = ["fig4.csv", "fig4.json", "fig4.png", "fig4_same_hardware.png"]
@@ -244,10 +244,10 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys):
     assert all("capacity" in r and r["saturated"] == (r["load"] > RHO_MAX) for r in doc["rows"])
 
 
-def test_fig7_reuses_the_dse_report(tmp_path):
+def test_fig7_reuses_the_dse_report(tmp_path, shared_dse_cache):
     from fluidnpu.scheduler_fw.fig7 import run_fig7
 
-    cfg = EvalConfig(cache_dir=tmp_path / "cache")
+    cfg = EvalConfig(cache_dir=shared_dse_cache)
     res = run_fig7(tmp_path, cfg, pairs=(("resnet50", "zc706"),))
     s = res["summary"]["resnet50-zc706"]
     # on its own design Fluid Batching + Stackable PEs is at least each mode alone at every b, and more
