@@ -132,12 +132,21 @@ def planning_cycles(sched: LayerSchedule) -> int:
     return cycles
 
 
+@dataclass
+class _PricedLayer:
+    """A layer's costs on one engine shape and bus, with the tiles and blocks priced so far: none depends on
+    TR, b or BR, so every schedule of the layer shares them (a brute force prices thousands a layer)."""
+
+    costs: LayerCosts
+    tiles: dict[tuple[int, int], TileCosts]
+    blocks: dict[tuple[int, int, int, float], float]
+
+
 @functools.lru_cache(maxsize=4096)
-def _layer_costs(TPk: int, P: int, C: int, taps: int, bus: Bus, timing: EngineTiming, R: int, inside: float,
-                 chunk: int, depth: int, kw: int, edge: float) -> LayerCosts:
-    """`schedule_cycles`' layer costs, shared by every schedule of a layer on one engine shape and bus:
-    they depend on none of TR, b or BR, and a brute force prices thousands of schedules a layer."""
-    return layer_costs(np.int64(TPk), np.int64(P), np.int64(C), taps, bus, timing, R, inside, chunk, depth, kw, edge)
+def _priced_layer(TPk: int, P: int, C: int, taps: int, bus: Bus, timing: EngineTiming, R: int, inside: float,
+                  chunk: int, depth: int, kw: int, edge: float) -> _PricedLayer:
+    return _PricedLayer(layer_costs(np.int64(TPk), np.int64(P), np.int64(C), taps, bus, timing, R, inside, chunk,
+                                    depth, kw, edge), {}, {})
 
 
 def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float,
@@ -145,12 +154,11 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
                     inside: float = 1.0, ports: int = 0, kw: int = 1, edge: float = 0.0) -> int:
     """Price an explicit schedule block by block (must equal perf_model.layer_cycles)."""
     C = sched.blocks[0].c1 if len(sched.blocks) == 1 else max(b.c1 for b in sched.blocks)
-    costs = _layer_costs(int(sched.TPk), int(P), int(C), int(taps),
-                         Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, int(sched.R),
-                         float(inside), int(bias_chunk(sched.TP, sched.TC)), int(mode_depth(sched.TP, sched.k_code)),
-                         int(kw), float(edge))
-    tiles: dict[tuple[int, int], TileCosts] = {}
-    blocks: dict[tuple[int, int, int, float], float] = {}
+    priced = _priced_layer(int(sched.TPk), int(P), int(C), int(taps),
+                           Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports), timing, int(sched.R),
+                           float(inside), int(bias_chunk(sched.TP, sched.TC)), int(mode_depth(sched.TP, sched.k_code)),
+                           int(kw), float(edge))
+    costs, tiles, blocks = priced.costs, priced.tiles, priced.blocks
 
     def tile_of(blk: Block) -> TileCosts:
         # a schedule repeats a few (width, groups) tiles and (rows, tile, pad) blocks many times over

@@ -15,6 +15,9 @@ cocotb test failed. What it takes care of, so each testbench need not:
   and pays back only on long simulations: `FLUIDNPU_VERILATOR_OPT=-O0` (what
   the test suite sets, tests/conftest.py) builds at that level instead (part
   of the build key);
+* every Verilator build compiles the same runtime library (18 s at -O0): make's
+  `OBJCACHE` hook (sim_tb/objcache.py) compiles it once into
+  `build/cocotb/.objcache` and copies it into later builds;
 * `iverilog` is often absent: with `sim="icarus"` and no `iverilog`, the
   calling pytest test is skipped (`SimulatorMissing` outside pytest);
 * under pytest, cocotb's runner ends a failing run with `sys.exit`; that is
@@ -44,6 +47,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUILD_ROOT = REPO_ROOT / "build" / "cocotb"
 SIMULATORS = ("verilator", "icarus")
 OPT_ENV = "FLUIDNPU_VERILATOR_OPT"    # the C++ optimisation of Verilator builds (default: Verilator's own, -Os)
+OBJCACHE = Path(__file__).resolve().parent / "objcache.py"
+OBJCACHE_STORE_ENV = "FLUIDNPU_OBJCACHE_DIR"     # = sim_tb/objcache.py's STORE_ENV
 
 PathLike = Union[str, os.PathLike]
 Design = Union[wiring.Component, PathLike, Sequence[PathLike]]
@@ -128,6 +133,15 @@ def _opt_flags(opt: str) -> list[str]:
     return [f"OPT_FAST={opt}", f"OPT_SLOW={opt}", f"OPT_GLOBAL={opt}"]
 
 
+def _objcache_flags() -> list[str]:
+    """make's OBJCACHE set to sim_tb/objcache.py, its store under the build root (in the environment make
+    hands on); none where make could not run it (no exec bit, or whitespace in its path)."""
+    if not os.access(OBJCACHE, os.X_OK) or any(c.isspace() for c in str(OBJCACHE)):
+        return []
+    os.environ[OBJCACHE_STORE_ENV] = str(DEFAULT_BUILD_ROOT / ".objcache")
+    return [f"OBJCACHE={OBJCACHE}"]
+
+
 def _built_output(sim: str, build_dir: Path, toplevel: str) -> Path:
     return build_dir / (toplevel if sim == "verilator" else "sim.vvp")
 
@@ -177,7 +191,7 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
         # The PyPI wheel's verilated.mk leaves the precompiled-header flag empty, so g++
         # takes Vtop__pch.h.fast for a linker input once a design spans several C++ files.
         os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include",
-                                                         *_opt_flags(opt)]))
+                                                         *_opt_flags(opt), *_objcache_flags()]))
     try:
         with _locked(build_dir):
             if isinstance(design, wiring.Component):
@@ -205,6 +219,7 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
                                  f"see {build_dir}") from None
     finally:
         os.environ["PATH"] = old_path
+        os.environ.pop(OBJCACHE_STORE_ENV, None)
         if old_makeflags is None:
             os.environ.pop("MAKEFLAGS", None)
         else:

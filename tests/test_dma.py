@@ -549,3 +549,38 @@ def test_verilator_build_optimisation_is_chosen_by_the_environment(monkeypatch, 
     (tmp_path / "top.v").write_text("module top; endmodule\n")
     with pytest.raises(ValueError, match=runner.OPT_ENV):
         runner.run_cocotb(tmp_path / "top.v", "top", "no_such_module", build_dir=tmp_path / "b")
+
+
+def test_objcache_compiles_the_verilator_runtime_once(tmp_path, monkeypatch):
+    """sim_tb/objcache.py (make's OBJCACHE in Verilator builds): a compile of a source in Verilator's
+    include/ directory runs once and is copied into the next build (object and dependency file); any
+    other command runs every time; a changed command compiles again."""
+    import sys
+    from pathlib import Path
+
+    from fluidnpu.sim_tb import objcache, runner
+
+    assert os.access(runner.OBJCACHE, os.X_OK) and runner.OBJCACHE_STORE_ENV == objcache.STORE_ENV
+    inc = tmp_path / "verilator" / "include"
+    inc.mkdir(parents=True)
+    (inc / "verilated_config.h").write_text("#define V 1\n")
+    (inc / "verilated.cpp").write_text("int x;\n")
+    (tmp_path / "design.cpp").write_text("int y;\n")
+    log = tmp_path / "compiles"
+    fake_cc = ("import sys, pathlib; o = pathlib.Path(sys.argv[sys.argv.index('-o') + 1]); "
+               "o.write_text('obj ' + sys.argv[-1] + ' ' + sys.argv[1]); o.with_suffix('.d').write_text('dep'); "
+               f"open({str(log)!r}, 'a').write(sys.argv[-1] + chr(10))")
+    monkeypatch.setenv(objcache.STORE_ENV, str(tmp_path / "store"))
+
+    def compile_in(build: str, source, flag: str = "-O0") -> None:
+        (tmp_path / build).mkdir(exist_ok=True)
+        out = tmp_path / build / (Path(source).stem + ".o")
+        assert objcache.main(["objcache", sys.executable, "-c", fake_cc, flag, "-c", "-o", str(out), str(source)]) == 0
+        assert out.read_text() == f"obj {source} {flag}" and out.with_suffix(".d").read_text() == "dep"
+
+    for build in ("a", "b", "c"):
+        compile_in(build, inc / "verilated.cpp")
+        compile_in(build, tmp_path / "design.cpp")
+    compile_in("d", inc / "verilated.cpp", "-O2")
+    assert log.read_text().splitlines() == [str(inc / "verilated.cpp")] + [str(tmp_path / "design.cpp")] * 3 + [
+        str(inc / "verilated.cpp")]
