@@ -11,8 +11,8 @@ import pytest
 from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
 from fluidnpu.workload import Exit, Layer, Workload
 
-# the suite's simulations are short: a Verilator build at -O0 takes half the time of -Os and runs them about as
-# fast (sim_tb/runner.py); set here, so that the servers the tests start as subprocesses build alike
+# the suite's simulations are short: a Verilator build at -O0 takes half the time of -Os and runs them at most a
+# third slower (docs/deploy.md); set here, so that the servers the tests start as subprocesses build alike
 os.environ.setdefault("FLUIDNPU_VERILATOR_OPT", "-O0")
 
 
