@@ -43,12 +43,13 @@ from typing import Union
 from amaranth.back import verilog
 from amaranth.lib import wiring
 
+from fluidnpu.sim_tb.objcache import STORE_ENV as OBJCACHE_STORE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUILD_ROOT = REPO_ROOT / "build" / "cocotb"
 SIMULATORS = ("verilator", "icarus")
 OPT_ENV = "FLUIDNPU_VERILATOR_OPT"    # the C++ optimisation of Verilator builds (default: Verilator's own, -Os)
 OBJCACHE = Path(__file__).resolve().parent / "objcache.py"
-OBJCACHE_STORE_ENV = "FLUIDNPU_OBJCACHE_DIR"     # = sim_tb/objcache.py's STORE_ENV
 
 PathLike = Union[str, os.PathLike]
 Design = Union[wiring.Component, PathLike, Sequence[PathLike]]
@@ -134,11 +135,10 @@ def _opt_flags(opt: str) -> list[str]:
 
 
 def _objcache_flags() -> list[str]:
-    """make's OBJCACHE set to sim_tb/objcache.py, its store under the build root (in the environment make
-    hands on); none where make could not run it (no exec bit, or whitespace in its path)."""
+    """make's OBJCACHE set to sim_tb/objcache.py; none where make could not run it (no exec bit, or
+    whitespace in its path)."""
     if not os.access(OBJCACHE, os.X_OK) or any(c.isspace() for c in str(OBJCACHE)):
         return []
-    os.environ[OBJCACHE_STORE_ENV] = str(DEFAULT_BUILD_ROOT / ".objcache")
     return [f"OBJCACHE={OBJCACHE}"]
 
 
@@ -192,6 +192,7 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
         # takes Vtop__pch.h.fast for a linker input once a design spans several C++ files.
         os.environ["MAKEFLAGS"] = " ".join(filter(None, [old_makeflags, "CFG_CXXFLAGS_PCH_I=-include",
                                                          *_opt_flags(opt), *_objcache_flags()]))
+        os.environ[OBJCACHE_STORE_ENV] = str(DEFAULT_BUILD_ROOT / ".objcache")   # where objcache.py keeps them
     try:
         with _locked(build_dir):
             if isinstance(design, wiring.Component):
