@@ -67,8 +67,9 @@ def rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     return {"summary": summary, "dir": summary["outdir"], "seconds": time.perf_counter() - t0}
 
 
-def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
-    """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits."""
+def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None) -> dict[str, Any]:
+    """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits.
+    `verilog`: step 3's NPU Verilog, simulated as written (None: converted again)."""
     import numpy as np
 
     from fluidnpu.host_driver.serving import load_network
@@ -80,7 +81,7 @@ def cosim(bundle: Any, images: int, tau: float) -> dict[str, Any]:
     _, qnet, xte, yte = load_network("digits-ee")
     x = xte[:images]
     t0 = time.perf_counter()
-    hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax)
+    hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax, verilog=verilog)
     rtl_s = time.perf_counter() - t0
     with NpuDriver(ModelDevice(bundle), bundle) as drv:
         model = infer_on_driver(drv, qnet, x, tau, bundle.bmax)
@@ -124,10 +125,11 @@ def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, s
     if cosim_images:
         co = _timed(console, 4, f"co-simulation: {cosim_images} images through the Verilog and ModelDevice "
                     "(Verilator build: a few minutes the first time)",
-                    lambda: cosim(dig["bundle"], cosim_images, 0.9999), quiet)
+                    lambda: cosim(dig["bundle"], cosim_images, 0.9999,
+                                  Path(gen["summary"]["files"]["rtl"]["npu_verilog"])), quiet)
         if not co["bit_identical"]:
             raise FluidError("the RTL and ModelDevice disagree on the co-simulation images: "
-                             f"RTL exits {co['exits']}; rerun `pytest tests/test_digits_ee.py` for details")
+                             f"RTL exits {co['exits']}")
     srv = _timed(console, 5, f"serving: FluidB, {samples} images at {rate:g}/s, SLO {slo_ms:g} ms, on ModelDevice",
                  lambda: serve(dig["bundle"], rate, slo_ms, samples), quiet)
     return _report(main, dig, gen, co, srv)

@@ -166,12 +166,15 @@ class RtlRunError(AssertionError):
 
 
 def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool = True, sim: str = "verilator",
-                 pause: float = 0.0, seed: int = 1, mem_bytes: int = MEM_BYTES, **kwargs: Any) -> Any:
+                 pause: float = 0.0, seed: int = 1, mem_bytes: int = MEM_BYTES, verilog: Path | None = None,
+                 **kwargs: Any) -> Any:
     """Build the NPU Verilog of `bundle` and run `fn(NpuDriver(device, bundle), *args, **kwargs)`
     (or `fn(device, ...)` with driver=False) inside the simulation; returns fn's result.
 
     `fn`, the arguments and the result must pickle (fn: a module-level function). An exception in
     `fn` is re-raised here. `pause` adds random AXI pauses on every m_axi channel.
+    `verilog`: the NPU Verilog `fluidnpu rtl` already wrote for this bundle (hw/rtl_gen.py, the same
+    text), simulated instead of converting the design again (~15 s for the digits design).
     Under pytest a missing simulator skips the test (sim_tb/runner.py).
     """
     from fluidnpu.host_driver.driver import _data, bundle_params
@@ -186,7 +189,8 @@ def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool =
         job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         job.write_bytes(pickle.dumps(payload))
         try:
-            run_cocotb(Npu(params), "fluidnpu_npu", "fluidnpu.host_driver._rtl_tb", sim=sim,
+            run_cocotb(Npu(params) if verilog is None else Path(verilog), "fluidnpu_npu",
+                       "fluidnpu.host_driver._rtl_tb", sim=sim,
                        build_dir=_build_dir(params, sim),
                        extra_env={_ENV: json.dumps({"job": str(job), "out": str(out)}),
                                   "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),

@@ -56,6 +56,7 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     rt = NetworkRuntime(cfg["qnet"], driver, bmax=cfg["bmax"], tau=cfg["tau"], timeout_s=cfg["timeout_s"])
     t0 = time.perf_counter()
     table = measure_table(rt, cfg["bundle"], batch_sizes=cfg["calib_sizes"], reps=cfg["calib_reps"],
+                          warmup=cfg.get("calib_warmup", 1),
                           name=f"{cfg['model']} measured on {cfg['device']}")
     calib_s = time.perf_counter() - t0
     rt.saturation.saturated = [0] * len(rt.saturation.saturated)
@@ -117,7 +118,7 @@ def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", p
            "slo_s": slo_ms / 1e3, "seed": seed,
            "timeout_s": timeout_s or (2.0 if device == "model" else 600.0),
            "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1}
+           "calib_reps": 5 if device == "model" else 1, "calib_warmup": 0 if device == "rtl" else 1}
     if device == "model":
         from fluidnpu.host_driver.driver import NpuDriver
         from fluidnpu.host_driver.model_device import ModelDevice

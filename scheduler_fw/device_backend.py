@@ -98,9 +98,10 @@ class DeviceBackend(Backend):
 
 # ---------------------------------------------------------------- latency table from the device
 def measure_table(runtime: Any, bundle: Any, batch_sizes: Optional[Sequence[int]] = None, reps: int = 3,
-                  name: str = "measured") -> LatencyTable:
+                  name: str = "measured", warmup: int = 1) -> LatencyTable:
     """Wall-time latency table of the device: each exit segment timed at the given batch sizes
-    (default all 1..Bmax; others interpolated linearly), fastest of `reps` runs after a warm-up."""
+    (default all 1..Bmax; others interpolated linearly), fastest of `reps` runs after `warmup` untimed
+    ones (0 for the RTL simulation, where a run is seconds of simulation and nothing warms up)."""
     from fluidnpu.host_driver.runtime import SampleState
 
     bmax = runtime.bmax
@@ -119,11 +120,11 @@ def measure_table(runtime: Any, bundle: Any, batch_sizes: Optional[Sequence[int]
         measured = {}
         for b in sizes:
             times = []
-            for r in range(reps + 1):
+            for r in range(warmup + reps):
                 states = [SampleState({src: np.zeros(shapes[src], np.int16)}, position=start) for _ in range(b)]
                 t0 = time.perf_counter()
                 runtime._run_piece(start, stop, states)
-                if r:
+                if r >= warmup:
                     times.append(time.perf_counter() - t0)
             measured[b] = float(np.min(times))      # the least-disturbed run: robust to a loaded host
         row = list(np.interp(np.arange(1, bmax + 1), sizes, [measured[b] for b in sizes]))

@@ -506,6 +506,7 @@ def test_parameter_checks_and_geometry():
 # -- generated Verilog under Verilator, against cocotbext-axi ------------------
 
 
+@pytest.mark.heavy(38)
 @pytest.mark.parametrize("sim,ports,streams", [("icarus", 1, 1), ("verilator", 3, 2)])
 def test_dma_verilog_against_cocotbext_axi_ram(sim, ports, streams):
     """`AxiDma` as Verilog: concurrent reads/writes, pauses on every AXI channel (sim_tb/tb_dma.py);

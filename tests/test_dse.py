@@ -62,6 +62,7 @@ def brute_force(workload, board, bmax, batching="fluid", stackable=True):
     return best
 
 
+@pytest.mark.heavy(35)
 @pytest.mark.parametrize("batching,stackable", [("fluid", True), ("r", False)])
 def test_search_finds_brute_force_optimum(make_board, tiny_workload, batching, stackable):
     """The pick is the brute force's over every <TR, TP, TC> that fits at every port count P and bank count
@@ -209,6 +210,7 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
 
 @pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
                                   DSEOptions(bmax=3, batching="fc")])
+@pytest.mark.heavy(22)
 def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload, opts):
     """On a bigger board (122,400 designs over its port, bank and PE spaces at Bmax 4, 100 TR per pair), the
     search's pick is the best of every design that fits, each scored exactly by the closed form (ties:

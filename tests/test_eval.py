@@ -156,6 +156,7 @@ def test_headline_leaves_out_saturated_points_and_separates_the_hardware():
     assert all_points_gain(rows) > 2 * own["mean_latency_gain"]
 
 
+@pytest.mark.heavy(19)
 def test_headline_does_not_move_with_run_length(shared_dse_cache):
     """The issue's bug: the old aggregate read 4.31x / 4.95x / 5.69x at 2,000 / 4,000 / 8,000 requests. The
     headline over unsaturated points must agree within 5 % (a reduced Fig. 4: three policies, one seed)."""
@@ -244,6 +245,7 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys, shared_dse_ca
     assert all("capacity" in r and r["saturated"] == (r["load"] > RHO_MAX) for r in doc["rows"])
 
 
+@pytest.mark.heavy(21)
 def test_fig7_reuses_the_dse_report(tmp_path, shared_dse_cache):
     from fluidnpu.scheduler_fw.fig7 import run_fig7
 

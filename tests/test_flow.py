@@ -10,6 +10,7 @@ from fluidnpu.bundle import load_bundle
 from fluidnpu.cli import main
 
 
+@pytest.mark.heavy(70)
 def test_flow_runs_every_step(tmp_path, capsys):
     main(["flow", "--out", str(tmp_path), "--samples", "40", "--rate", "200", "--cosim-images", "2", "--json"])
     rep = json.loads(capsys.readouterr().out)

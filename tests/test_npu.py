@@ -44,6 +44,7 @@ def test_random_subnets(params, seed):
     assert 0 < macs_rows <= counters["CYC_BUSY"]
 
 
+@pytest.mark.heavy(36)
 def test_every_split_and_mode_at_every_batch():
     """Every BR in [1, b] and every k for every b <= Bmax, back to back on one NPU, on
     convs whose R, P, C fit no tile evenly."""
@@ -100,6 +101,7 @@ def test_plain_pe_npu_runs_k1_and_refuses_stacked_modes():
         assert (result.status >> 8) & 0xFF == ErrorCode.BAD_DESCRIPTOR
 
 
+@pytest.mark.heavy(90)
 @pytest.mark.parametrize("sim,cases", [("verilator", 4), ("icarus", 1)])
 def test_generated_verilog_with_cocotb(tmp_path, sim, cases):
     """The generated Verilog, cocotbext-axi memory and register master, pauses on every channel:
@@ -119,6 +121,7 @@ def test_generated_verilog_with_cocotb(tmp_path, sim, cases):
     assert all(r["CYC_BUSY"] > 0 for r in rows)
 
 
+@pytest.mark.heavy(20)
 def test_hardware_counters_agree_with_the_performance_model():
     """CYC_BUSY against dse.perf_model on random small layers (docs/rtl-agreement.md has the full
     table): within the issue's 5 % on every case, 2 % on average."""
@@ -134,6 +137,7 @@ def test_hardware_counters_agree_with_the_performance_model():
     assert all(0 < r.mac_cycles + r.stall_cycles <= r.hw_cycles for r in rows)
 
 
+@pytest.mark.heavy(40)
 def test_hardware_counters_agree_with_the_performance_model_on_several_ports():
     """The same on two and four 64-bit ports (commands dealt round-robin): within 5 % on every
     case, 2 % on average (docs/rtl-agreement.md, "Several AXI ports", has the full table)."""
@@ -189,6 +193,7 @@ def test_packed_group_copies_on_four_ports_priced_within_five_percent():
     assert row.correct and abs(row.error) <= 0.05, row
 
 
+@pytest.mark.heavy(55)
 def test_compute_bound_layer_keeps_the_macs_busy():
     """On a layer the model calls compute-bound (long weight steps: 128 rows against 4 weight
     rows), at ZC706's real bus (four 64-bit HP ports; one such port reaches 78 %, see

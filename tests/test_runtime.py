@@ -142,3 +142,18 @@ def test_device_backend_checks_the_table(setup):
     t = LatencyTable.from_segments([[1e-3] * 8] * 2, [0.5, 0.5])
     with pytest.raises(FluidError, match="segments"):
         DeviceBackend(NetworkRuntime(q, None), t)
+
+
+@pytest.mark.parametrize("warmup,reps", [(1, 2), (0, 1)])
+def test_latency_table_runs_each_piece_warmup_plus_reps_times(setup, monkeypatch, warmup, reps):
+    """measure_table times `reps` runs of every exit segment at every batch size after `warmup` untimed ones
+    (the RTL simulation's server calibrates with none)."""
+    q, bundle, _, _ = setup
+    rt = NetworkRuntime(q, driver(bundle))
+    calls = []
+    real = rt._run_piece
+    monkeypatch.setattr(rt, "_run_piece", lambda start, stop, states: calls.append(len(states)) or real(start, stop, states))
+    table = measure_table(rt, bundle, batch_sizes=[1, 8], reps=reps, warmup=warmup)
+    assert len(calls) == len(rt.segment_stops) * 2 * (warmup + reps)
+    assert sorted(set(calls)) == [1, 8]
+    assert all(t > 0 for row in table.segment_seconds for t in row)

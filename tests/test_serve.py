@@ -553,6 +553,7 @@ def test_answers_reach_the_loop_in_one_hand_off_per_run(data):
 
 
 # ---------------------------------------------------------------- the RTL simulation behind the server
+@pytest.mark.heavy(120)
 def test_rtl_server_logits_bit_identical_to_model_device(data, reference, tmp_path):
     """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
     generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""

@@ -81,6 +81,7 @@ def build_engine(driver: Any, cfg: dict[str, Any]) -> tuple[Any, Any, Any]:
     qnet, bundle = cfg["qnet"], cfg["bundle"]
     rt = NetworkRuntime(qnet, driver, bmax=cfg["bmax"], tau=cfg["tau"], timeout_s=cfg["timeout_s"])
     table = measure_table(rt, bundle, batch_sizes=cfg["calib_sizes"], reps=cfg["calib_reps"],
+                          warmup=cfg.get("calib_warmup", 1),
                           name=f"{cfg['model']} measured on {cfg['device']}")
     pace_hz = None
     if cfg["pace"] == "board":
@@ -245,7 +246,8 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
            "host": host, "http_port": http_port, "grpc_port": grpc_port, "token": token, "tls": tls,
            "probe": xte[:1], "timeout_s": 2.0 if device != "rtl" else 600.0,
            "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1, "stop_after_s": stop_after_s, "stop_file": stop_file}
+           "calib_reps": 5 if device == "model" else 1, "calib_warmup": 0 if device == "rtl" else 1,
+           "stop_after_s": stop_after_s, "stop_file": stop_file}
     if device == "rtl":
         import tempfile
 
