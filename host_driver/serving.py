@@ -113,12 +113,13 @@ def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", p
     if bmax is not None and not 1 <= bmax <= bundle.bmax:
         raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
     idx = np.arange(samples) % len(xte)
+    from fluidnpu.scheduler_fw.device_backend import calibration
+
     cfg = {"qnet": qnet, "bundle": bundle, "bmax": bmax or bundle.bmax, "tau": tau, "model": qnet.workload.name,
            "device": device, "inputs": list(xte[idx]), "labels": yte[idx].tolist(), "policy": policy, "rate": rate,
            "slo_s": slo_ms / 1e3, "seed": seed,
            "timeout_s": timeout_s or (2.0 if device == "model" else 600.0),
-           "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1, "calib_warmup": 0 if device == "rtl" else 1}
+           **calibration(device, bmax or bundle.bmax)}
     if device == "model":
         from fluidnpu.host_driver.driver import NpuDriver
         from fluidnpu.host_driver.model_device import ModelDevice

@@ -97,6 +97,14 @@ class DeviceBackend(Backend):
 
 
 # ---------------------------------------------------------------- latency table from the device
+def calibration(device: str, bmax: int) -> dict[str, Any]:
+    """`measure_table`'s settings for a device kind, as the serving configs carry them: every b = 1..Bmax,
+    fastest of 5 after a warm-up on ModelDevice (milliseconds a run, on a host that may be loaded); b = 1
+    and Bmax, one run each, on a board or the RTL simulation (seconds a run there, with nothing to warm up)."""
+    return {"calib_sizes": None if device == "model" else [1, bmax], "calib_reps": 5 if device == "model" else 1,
+            "calib_warmup": 0 if device == "rtl" else 1}
+
+
 def measure_table(runtime: Any, bundle: Any, batch_sizes: Optional[Sequence[int]] = None, reps: int = 3,
                   name: str = "measured", warmup: int = 1) -> LatencyTable:
     """Wall-time latency table of the device: each exit segment timed at the given batch sizes

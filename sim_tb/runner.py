@@ -114,9 +114,11 @@ def _locked(directory: Path):
 
 
 def _build_key(sources: Sequence[Path], *parts: object) -> str:
+    """What a build is made of: each source's name and text (not where it lies: the same Verilog written by
+    `fluidnpu rtl` elsewhere is the same build), the build options, cocotb's version."""
     h = hashlib.sha256()
     for src in sources:
-        h.update(str(src).encode())
+        h.update(src.name.encode() + b"\0")
         h.update(src.read_bytes())
     for part in parts:
         h.update(repr(part).encode())

@@ -585,3 +585,21 @@ def test_objcache_compiles_the_verilator_runtime_once(tmp_path, monkeypatch):
     compile_in("d", inc / "verilated.cpp", "-O2")
     assert log.read_text().splitlines() == [str(inc / "verilated.cpp")] + [str(tmp_path / "design.cpp")] * 3 + [
         str(inc / "verilated.cpp")]
+
+
+def test_build_key_is_the_sources_text_not_their_place(tmp_path):
+    """The same Verilog at another path (`fluidnpu flow` simulates the file its RTL step wrote) reuses the
+    build; another text, another name or other options do not."""
+    from fluidnpu.sim_tb import runner
+
+    a, b = tmp_path / "a" / "top.v", tmp_path / "b" / "top.v"
+    for path in (a, b):
+        path.parent.mkdir()
+        path.write_text("module top; endmodule\n")
+    assert runner._build_key([a], "verilator", "-O0") == runner._build_key([b], "verilator", "-O0")
+    assert runner._build_key([a], "verilator", "-O0") != runner._build_key([a], "verilator", "-O2")
+    other = tmp_path / "b" / "other.v"
+    other.write_text(a.read_text())
+    assert runner._build_key([a], "verilator") != runner._build_key([other], "verilator")
+    b.write_text("module top; wire x; endmodule\n")
+    assert runner._build_key([a], "verilator") != runner._build_key([b], "verilator")

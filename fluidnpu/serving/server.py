@@ -241,13 +241,13 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
         bundle = D.default_design(bmax or 4)
     if bmax is not None and not 1 <= bmax <= bundle.bmax:
         raise FluidError(f"--bmax must be in 1..{bundle.bmax} (the design's Bmax), got {bmax}")
+    from fluidnpu.scheduler_fw.device_backend import calibration
+
     cfg = {"qnet": qnet, "bundle": bundle, "bmax": bmax or bundle.bmax, "tau": tau, "model": qnet.workload.name,
            "device": device, "policy": policy, "slo_s": slo_ms / 1e3, "max_queue": max_queue, "pace": pace,
            "host": host, "http_port": http_port, "grpc_port": grpc_port, "token": token, "tls": tls,
            "probe": xte[:1], "timeout_s": 2.0 if device != "rtl" else 600.0,
-           "calib_sizes": None if device == "model" else [1, bmax or bundle.bmax],
-           "calib_reps": 5 if device == "model" else 1, "calib_warmup": 0 if device == "rtl" else 1,
-           "stop_after_s": stop_after_s, "stop_file": stop_file}
+           "stop_after_s": stop_after_s, "stop_file": stop_file, **calibration(device, bmax or bundle.bmax)}
     if device == "rtl":
         import tempfile
 
