@@ -210,6 +210,16 @@ class Bus:
         """Expected cycles to move `words` words cut into `runs` contiguous commands (`beats`, `stream`)."""
         return self.stream(self.beats(words, runs, grain), runs)
 
+    def reads_in(self, words: int, n: int) -> float:
+        """Cycles until the last of n reads of `words` beat-aligned words is in, issued one a cycle and
+        dealt round-robin over the ports: a read's beats all move on its port, so on several ports the
+        last read's beats follow its command (n - 1 + B) and a port's reads follow one another
+        (ceil(n / N) B), beside the stream that `cycles` charges (the layer descriptor's three reads:
+        12 cycles on one 64-bit port, 6 on four, 8 on two)."""
+        one = float(self.beats(words, 1, words)) * self.port_cycles
+        return max(n * float(self.cycles(words, 1, words)), (n - 1) * self.command_cycles + one,
+                   -(-n // self.n_ports) * one)
+
 
 @dataclass(frozen=True)
 class LayerCosts:
@@ -310,8 +320,10 @@ class LayerCosts:
         being when the last weight copy is in: B_G the last (longest) copy's beats, B_port
         the copies' a port carries -- the longest where G divides N (a port then always
         gets the same group's copy, and one port the last group's), else their mean;
-        `stream` = max(c, beats / N) is what `fetch` charges. The difference delays the step's hand-over to the core, which matters where
-        the fetcher waits for it (`block`'s balance term, the prologue). 0 on one port: the
+        `stream` = max(c, beats / N) is what `fetch` charges (with two walkers: their longer
+        command stream without the weight walker's cycle a step, `_walk`'s `handover`). The
+        difference delays the step's hand-over to the core, which matters where the fetcher
+        waits for it (`block`'s balance term, the prologue). 0 on one port: the
         beats already run one by one there (docs/rtl-agreement.md, "Several AXI ports").
         """
         n = self.bus.n_ports
@@ -341,9 +353,11 @@ class LayerCosts:
             return last_w + m - stream, c - 1 + b_in - stream
         # two walkers: the step's m input runs are dealt beside its n_w weight copies, and the DMA's merge
         # gives each stream its own next response (hw/dma.py), so the input runs dealt after the last
-        # weight copy do not hold it back: the step is handed over the cycle after its last response
-        stream = np.maximum(np.maximum(n_w + 1, m) * self.bus.command_cycles, beats * self.bus.beat_cycles)
-        return last_w + 1 - stream, m - 1 + b_in - stream
+        # weight copy do not hold it back. Measured from the cycle after the step's last command (not
+        # the weight walker's spare cycle, which follows it: `_walk(handover=True)`), as the one-port
+        # calibration of `dma_latency` measures the trip, which already holds the hand-over's cycle
+        stream = np.maximum(np.maximum(n_w, m) * self.bus.command_cycles, beats * self.bus.beat_cycles)
+        return last_w - stream, m - 1 + b_in - stream
 
     def _step_inputs(self, t: ArrayLike, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(input runs a step for `groups` groups of t rows, beats of one run)."""
@@ -391,16 +405,17 @@ class LayerCosts:
         (w_lo, i_lo), (w_hi, i_hi) = (self._skew_terms(x, tile, groups) for x in (t_lo, t_hi))
         return np.maximum(np.maximum(np.minimum(w_lo, w_hi), np.minimum(i_lo, i_hi)), 0.0)
 
-    def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
-        """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
+    def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, handover: bool = False) -> np.ndarray:
+        """Reads of a block's first weight step (its weight rows, the bias, its input rows);
+        `handover` as in `_walk`."""
         t, groups = np.asarray(t), np.asarray(groups)
         rows = t * groups / self.n_p
         in_cmds = (rows * np.asarray(self.in_runs) + self.first_runs / self.n_p) * self.bus.command_cycles
         in_beats = (rows * np.asarray(self.in_beats) + self.first_beats / self.n_p) * self.bus.beat_cycles
-        return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1)
+        return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1, handover=handover)
 
     def _walk(self, w_cmds: ArrayLike, w_beats: ArrayLike, in_cmds: ArrayLike, in_beats: ArrayLike,
-              steps: ArrayLike, rate: bool = False) -> np.ndarray:
+              steps: ArrayLike, rate: bool = False, handover: bool = False) -> np.ndarray:
         """Cycles the fetcher takes to issue `steps` steps' reads: weight and input commands (in cycles
         at the command rate) and their beats (in cycles on the ports).
 
@@ -411,15 +426,19 @@ class LayerCosts:
         bias and first rows aside). On one port the DMA takes one command a cycle, so both streams'
         commands queue for it; with `rate` (the pace of steps back to back, `block`) a step whose
         weight walker finishes last also leaves the port a cycle empty, priced by its convex envelope
-        (docs/interpretations.md, "Two walkers on one port"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
+        (docs/interpretations.md, "Two walkers on one port"). `handover`: to the cycle after the steps'
+        last commands, not to the next step's start: on several ports the weight walker's cycle a step
+        follows its last command and delays the next step, not this one's data (the balance term and
+        the prologue time a step's hand-over; docs/interpretations.md, "The hand-over on several
+        ports"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
         beats of both in one stream."""
         beats = w_beats + in_beats
         if self.bus.walkers == 1:
             return np.maximum(w_cmds + in_cmds, beats)
         cc = self.bus.command_cycles
-        walk = np.maximum(np.maximum(w_cmds + steps * cc, in_cmds), beats)
         if self.bus.n_ports > 1:
-            return walk
+            return np.maximum(np.maximum(w_cmds + (0 if handover else steps * cc), in_cmds), beats)
+        walk = np.maximum(np.maximum(w_cmds + steps * cc, in_cmds), beats)
         both = np.asarray(w_cmds) + in_cmds
         if rate:
             # the empty cycle a step where the weights finish last, by its convex envelope in the input
@@ -435,10 +454,12 @@ class LayerCosts:
 
         The fetcher issues the reads of each step (F cycles: one command a cycle,
         one beat a cycle) while the core computes the previous one, and runs up
-        to two steps ahead, so a step takes max(t, F, (F + dma_latency) / 2): a
+        to two steps ahead, so a step takes max(t, F, (H + dma_latency) / 2): a
         step's data streams into the half the core releases as it starts the
-        next step. `extra`: fetcher cycles spent before the block (a new pass's
-        set-up). The writer drains the previous block on the write channel
+        next step. H is F on one port; on several ports it ends at the step's
+        last command, before the weight walker's cycle a step (`_walk`'s
+        `handover`), and the skew adds the beats still in flight then.
+        `extra`: fetcher cycles spent before the block (a new pass's set-up). The writer drains the previous block on the write channel
         meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
         """
@@ -446,7 +467,8 @@ class LayerCosts:
         tm = self.timing
         fetch = self.fetch(t, tile, groups, extra, pad)
         compute = self.n_p * t
-        balance = (fetch + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
+        handed = self.fetch(t, tile, groups, extra, pad, handover=True) if self.bus.n_ports > 1 else fetch
+        balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
         # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
         paced = self.fetch(t, tile, groups, extra, pad, rate=True) if self.bus.n_ports == 1 else fetch
         steps = np.maximum(np.maximum(compute, paced), balance)
@@ -457,12 +479,12 @@ class LayerCosts:
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
 
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
-              pad: ArrayLike = 0.0, rate: bool = False) -> np.ndarray:
+              pad: ArrayLike = 0.0, rate: bool = False, handover: bool = False) -> np.ndarray:
         """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
         the first) on the weight walker's stream and its input rows on the input walker's, as `_walk`
         prices them, plus the steps' first rows read one run a tap (`first_runs`, `first_beats`) and
         the step and block overheads. With `Bus.gather` (a what-if) a step's input row is one command
-        however many runs it has. `rate`: the pace of steps back to back (`_walk`)."""
+        however many runs it has. `rate`, `handover`: as in `_walk`."""
         tm = self.timing
         fixed = self.n_p * tm.step_overhead + tm.block_overhead + extra
         runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
@@ -470,7 +492,7 @@ class LayerCosts:
         tg = t * groups
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
-        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p, rate) + fixed
+        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p, rate, handover) + fixed
 
     @functools.cached_property
     def _row_terms(self) -> tuple[np.ndarray, ...]:
@@ -895,7 +917,7 @@ def _plan(setup: LayerSetup, TR: ArrayLike, tre: RowBlocks) -> np.ndarray:
 def layer_parts(setup: LayerSetup, TR: ArrayLike) -> LayerParts:
     """The parts of a layer's cycles on an engine of TR rows."""
     rb = row_blocks(setup, TR)
-    desc = 3 * setup.mode.costs.bus.cycles(16, 1, 16)          # three 16-word descriptor reads
+    desc = setup.mode.costs.bus.reads_in(16, 3)                  # three 16-word descriptor reads
     return LayerParts(rb.exists, _body(setup, rb), _regroup(setup, rb), _prologue(setup, rb), _drain(setup, rb),
                       _plan(setup, rb.TR, rb), np.asarray(desc))
 

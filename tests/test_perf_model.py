@@ -226,9 +226,10 @@ def test_every_packed_group_reads_its_own_weights():
 def test_port_skew_prices_a_short_step_on_several_ports():
     """An FC step (k = 1/2 on <64,4,16>: TPk = 2 weight rows of 14 words, 2 packed groups of one
     input run) on four 64-bit ports, as the RTL runs it (docs/rtl-agreement.md): the weight walker
-    issues the 4 copies in cycles 0-3 (the stream is 5 cycles: the next step starts a cycle after
-    it), the last copy takes 4 beats on its port, in at 7, and the step is handed over a cycle
-    later: 3 cycles after the stream; on one port the beats already run one by one."""
+    issues the 4 copies in cycles 0-3 (the next step starts a cycle later, at 5), the last copy takes 4
+    beats on its port and is in at 7: 3 cycles after the cycle that follows the step's last command
+    (`dma_latency` then times the hand-over and the restart); on one port the beats already run one
+    by one."""
     from fluidnpu.dse.perf_model import layer_costs
 
     four = layer_costs(np.int64(2), np.int64(72), np.int64(14), 1, Bus.of_ports(4, PORT64), EngineTiming(), R=1)
@@ -241,6 +242,37 @@ def test_port_skew_prices_a_short_step_on_several_ports():
     # next response, so the weights, in early, wait for none of the input runs dealt after them, and the
     # last input run is in as the input stream ends
     assert float(four.port_skew(128, tile, 1)) == 0.0
+
+
+def test_a_step_is_handed_over_from_its_last_command_not_the_weight_walkers_spare_cycle():
+    """An FC step of one 1-beat weight row and one 1-beat input run (TPk = 1), traced on four 64-bit
+    ports (docs/rtl-agreement.md, wave 3g): both commands go out in cycle 0, the weight walker spends
+    cycle 1 before the next step, and two steps take 9 cycles (the step's last command + its beat, 1,
+    plus `dma_latency` 8): 4.5 a step, not the (2 + 8) / 2 that timing the hand-over from the next
+    step's start would give. On one port both commands queue for the one command a cycle, so the step
+    ends with its input command: (2 + 8) / 2."""
+    from fluidnpu.dse.perf_model import layer_costs
+
+    per_step = {}
+    for n in (1, 4):
+        costs = layer_costs(np.int64(1), np.int64(280), np.int64(2), 1, Bus.of_ports(n, PORT64), EngineTiming(), R=1)
+        tile = costs.tile(np.int64(2))
+        assert float(tile.row_beats) == 1 and float(costs.in_runs) == 280 == float(costs.in_beats)
+        # a block's overhead and its first step's bias, spread over 280 steps, aside
+        assert float(costs.fetch(1, tile, 1)) / costs.n_p == pytest.approx(2, abs=0.01)
+        per_step[n] = float(costs.block(1, tile, 1)) / costs.n_p
+    assert per_step == {1: pytest.approx(5.0, abs=0.01), 4: pytest.approx(4.5, abs=0.01)}
+
+
+def test_the_descriptor_reads_are_in_when_their_last_port_is_done():
+    """A layer's three 16-word descriptor reads (4 beats each on a 64-bit port), traced
+    (docs/rtl-agreement.md, wave 3g): on one port the responses come 4 beats apart, the last 12
+    cycles after the first beat; on four ports each read has a port of its own, but the last read's
+    4 beats still follow its command, issued 2 cycles after the first: 6, not the 3 that spreading
+    the 12 beats over the ports gives. On two ports (not traced) port 0 carries reads 1 and 3: 8."""
+    got = {n: Bus.of_ports(n, PORT64).reads_in(16, 3) for n in (1, 2, 4)}
+    assert got == {1: 12.0, 2: 8.0, 4: 6.0}
+    assert {n: 3 * float(Bus.of_ports(n, PORT64).cycles(16, 1, 16)) for n in (1, 2, 4)} == {1: 12.0, 2: 6.0, 4: 3.0}
 
 
 def test_busiest_port_of_a_repeating_deal():
