@@ -177,6 +177,7 @@ def test_fewer_banks_than_bmax_cap_the_groups_of_a_pass():
     assert abs(rows[0].hw_cycles - at[2]) < abs(rows[0].hw_cycles - at[8]) / 4
 
 
+@pytest.mark.heavy(15)
 @pytest.mark.parametrize("config, seed, index, mode, shape", [
     # packed group copies: a one-row FC layer whose pass packs two groups: every step is four weight
     # copies (3 and 6 beats, group 1's twice as long) and four one-beat input runs, dealt over the ports
