@@ -606,6 +606,11 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
                       first_beats=beats(tap_runs) - in_beats, first_runs=tap_runs - runs)
 
 
+def descriptor_reads(bus: Bus) -> float:
+    """Cycles of a layer's descriptor: three 16-word reads, in when the last port is done (`Bus.reads_in`)."""
+    return bus.reads_in(16, 3)
+
+
 def _conv_shape(layer) -> tuple | None:
     """A workload Layer's convolution geometry as `im2col_*` take it; None for FC and matmul layers."""
     if getattr(layer, "kind", "conv") != "conv":
@@ -917,7 +922,7 @@ def _plan(setup: LayerSetup, TR: ArrayLike, tre: RowBlocks) -> np.ndarray:
 def layer_parts(setup: LayerSetup, TR: ArrayLike) -> LayerParts:
     """The parts of a layer's cycles on an engine of TR rows."""
     rb = row_blocks(setup, TR)
-    desc = setup.mode.costs.bus.reads_in(16, 3)                  # three 16-word descriptor reads
+    desc = descriptor_reads(setup.mode.costs.bus)
     return LayerParts(rb.exists, _body(setup, rb), _regroup(setup, rb), _prologue(setup, rb), _drain(setup, rb),
                       _plan(setup, rb.TR, rb), np.asarray(desc))
 

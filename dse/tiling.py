@@ -15,8 +15,8 @@ from typing import Iterator
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerCosts, TileCosts, bias_chunk, layer_costs,
-                                     mode_dims)
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerCosts, TileCosts, bias_chunk,
+                                     descriptor_reads, layer_costs, mode_dims)
 from fluidnpu.hw.regmap import ROW_BITS, mode_depth
 
 
@@ -197,7 +197,7 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     last_tile = tile_of(last)
     last_block = block_of(last, pad)
     total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p), pad=pad))
-    total += planning_cycles(sched) + 3 * float(costs.bus.cycles(16, 1, 16))
+    total += planning_cycles(sched) + descriptor_reads(costs.bus)
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
 
 
