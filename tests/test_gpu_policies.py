@@ -176,8 +176,12 @@ def _tiny_bench(name):
 
 
 def test_dva_clusters_by_length_and_stretches_the_latest_batch():
+    """Policies I (length clusters) and III (stretch). Policy II is off: it splits a batch where the
+    profile says two halves finish sooner, and that profile is one timed run per batch size on a
+    loaded CPU, so it sometimes splits the long batch (a split batch cannot stretch: CI, 2026-11-28)."""
     bench = _tiny_bench("bert")
     pol, prof = make_policy(bench, "dva", bsmax=8, stages=2)
+    pol.split_enabled = False
     eng = make_engine(bench, prof, 8)
     pol.attach(eng)
     rng = np.random.default_rng(0)
