@@ -405,14 +405,13 @@ class LayerCosts:
         (w_lo, i_lo), (w_hi, i_hi) = (self._skew_terms(x, tile, groups) for x in (t_lo, t_hi))
         return np.maximum(np.maximum(np.minimum(w_lo, w_hi), np.minimum(i_lo, i_hi)), 0.0)
 
-    def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, handover: bool = False) -> np.ndarray:
-        """Reads of a block's first weight step (its weight rows, the bias, its input rows);
-        `handover` as in `_walk`."""
+    def first_step(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
+        """Reads of a block's first weight step (its weight rows, the bias, its input rows)."""
         t, groups = np.asarray(t), np.asarray(groups)
         rows = t * groups / self.n_p
         in_cmds = (rows * np.asarray(self.in_runs) + self.first_runs / self.n_p) * self.bus.command_cycles
         in_beats = (rows * np.asarray(self.in_beats) + self.first_beats / self.n_p) * self.bus.beat_cycles
-        return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1, handover=handover)
+        return self._walk(tile.first_weight_cmds, tile.first_weight_beats, in_cmds, in_beats, 1)
 
     def _walk(self, w_cmds: ArrayLike, w_beats: ArrayLike, in_cmds: ArrayLike, in_beats: ArrayLike,
               steps: ArrayLike, rate: bool = False, handover: bool = False) -> np.ndarray:
@@ -428,9 +427,8 @@ class LayerCosts:
         weight walker finishes last also leaves the port a cycle empty, priced by its convex envelope
         (docs/interpretations.md, "Two walkers on one port"). `handover`: to the cycle after the steps'
         last commands, not to the next step's start: on several ports the weight walker's cycle a step
-        follows its last command and delays the next step, not this one's data (the balance term and
-        the prologue time a step's hand-over; docs/interpretations.md, "The hand-over on several
-        ports"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
+        follows its last command and delays the next step, not this one's data (`block`'s balance
+        term times a step's hand-over; docs/interpretations.md, "The hand-over on several ports"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
         beats of both in one stream."""
         beats = w_beats + in_beats
         if self.bus.walkers == 1:
@@ -459,8 +457,8 @@ class LayerCosts:
         next step. H is F on one port; on several ports it ends at the step's
         last command, before the weight walker's cycle a step (`_walk`'s
         `handover`), and the skew adds the beats still in flight then.
-        `extra`: fetcher cycles spent before the block (a new pass's set-up). The writer drains the previous block on the write channel
-        meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
+        `extra`: fetcher cycles spent before the block (a new pass's set-up).
+        The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
         """
         t, groups = np.asarray(t), np.asarray(groups)
