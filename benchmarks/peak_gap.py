@@ -18,6 +18,12 @@ and the share of the board's peak the design would reach with each part removed.
 RTL change is worth before it is built (e.g. overlapping a layer's prologue with the previous
 layer's drain). The parts sum to the DSE's own cycle counts (checked on every run).
 
+Two more figures say what the bandwidth part is made of. `memory_floor_share`: the share of the board's
+peak that no design could beat while layers share no data on chip -- each layer at full DSP use or
+moving its compulsory traffic at the board's memory rate (`perf_model.memory_floor_cycles`).
+`bandwidth_by_cause`: the bandwidth part split by what the layers' input reads repeat (`cause`):
+kernel windows, column tiles, or nothing (a layer bound by the traffic it must move).
+
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
 command stream, walkers of two commands a cycle each, and one command per input row) and reports
@@ -38,7 +44,7 @@ from unittest import mock
 import numpy as np
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts
+from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles
 from fluidnpu.dse.search import Choice, DSEOptions, LayerShapes, choice_setup, explore, k_codes, modes_of
 from fluidnpu.zoo import zoo_model
 
@@ -58,9 +64,12 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     unlimited = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports), timing)
     free = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0), timing)
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
+    memory_rate = board.bytes_per_cycle(r.clock_mhz)
     rows = []
     for b in batches:
         total = dict.fromkeys(PARTS, 0.0)
+        by_cause = dict.fromkeys(CAUSES, 0.0)
+        floor = 0.0
         for li in range(len(layers)):
             ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
             n = b if ch.serial else 1
@@ -81,6 +90,8 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             total["edges"] += body_free - ideal
             total["commands"] += body_fast - body_free
             total["bandwidth"] += part["body"] - body_fast
+            by_cause[cause(layers[li], r.TC)] += part["body"] - body_fast
+            floor += memory_floor_cycles(layers[li], b, board.dsp, memory_rate)
             for k in ("prologue", "drain", "regroup"):
                 total[k] += part[k]
             total["control"] += cycles - sum(part.values())
@@ -88,10 +99,26 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
         gops = 2.0 * b * r.workload.total_macs * r.clock_mhz * 1e6 / cycles / 1e9
         rows.append({"b": b, "cycles": cycles, "gops": gops, "board_peak_share": gops / board_peak,
                      "shares": {k: v / cycles for k, v in total.items()},
-                     "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]}})
+                     "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]},
+                     "bandwidth_by_cause": {k: v / cycles for k, v in by_cause.items()},
+                     "memory_floor_share": b * r.workload.total_macs / (floor * board.dsp)})
     return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
             "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
             "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
+
+
+CAUSES = ("windows", "column tiles", "one read")
+"""Why a layer's steps wait on memory (`cause`): the bandwidth part split by what its input reads repeat."""
+
+
+def cause(layer: Any, TC: int) -> str:
+    """What a layer's input reads repeat: "windows" -- a kernel of more than one tap reads each input
+    pixel once for every window over it (the fetcher walks im2col rows); "column tiles" -- a 1x1 or FC
+    layer of more output channels than TC reads its input once a column tile; "one read" -- the input
+    is read once, so the layer is bound by the traffic it must move (`memory_floor_cycles`)."""
+    if layer.kernel[0] * layer.kernel[1] > 1:
+        return "windows"
+    return "column tiles" if layer.C > TC else "one read"
 
 
 WHAT_IFS: dict[str, dict[str, Any]] = {
@@ -142,6 +169,15 @@ def main() -> None:
                   + " | ".join(f"{100 * s[k]:.1f} %" for k in PARTS[1:])
                   + f" | {100 * w['bandwidth']:.1f} / {100 * w['commands']:.1f} / {100 * w['edges']:.1f} / "
                     f"{100 * both:.1f} % |")
+    print()
+    print("| pick | b | share of board peak | memory floor | bandwidth part: " + " / ".join(CAUSES) + " |")
+    print("|---|---|---|---|---|")
+    for g in out:
+        for row in g["rows"]:
+            c = row["bandwidth_by_cause"]
+            print(f"| {args.model} / {g['board']} <{', '.join(map(str, g['design']))}> | {row['b']} "
+                  f"| {100 * row['board_peak_share']:.1f} % | {100 * row['memory_floor_share']:.1f} % | "
+                  + " / ".join(f"{100 * c[k]:.1f}" for k in CAUSES) + " % |")
     print()
     print("| control unit, DSE re-run | pick | PEs, NB, P | share of board peak b = 1..8 | min over b = 4..8 |")
     print("|---|---|---|---|---|")

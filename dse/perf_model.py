@@ -1004,3 +1004,17 @@ def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometr
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
     """Cycles at 100% MAC utilisation: the peak-performance lower bound."""
     return np.asarray(G) * np.asarray(R) * np.asarray(P) * np.asarray(C) * b / (np.asarray(TP) * np.asarray(TC))
+
+
+def memory_floor_cycles(layer, b: int, multipliers: int, bytes_per_cycle: float, word_bytes: int = 2) -> float:
+    """The fewest cycles any design of `multipliers` MACs a cycle could spend on a workload Layer at
+    batch b while layers share no data on chip: its MACs at full use, or its compulsory traffic at
+    `bytes_per_cycle`, whichever is longer. Compulsory: each sample's input words that some window
+    touches read once (a stride-2 1x1 convolution touches a quarter of its input), its output written
+    once, the weights read once and the int32 biases once. What no tiling, port count or control unit
+    can beat, so the gap from a pick to it is what re-reads cost (benchmarks/peak_gap.py)."""
+    in_pixels = min(layer.in_hw[0] * layer.in_hw[1],
+                    layer.out_hw[0] * layer.out_hw[1] * layer.kernel[0] * layer.kernel[1])
+    words = b * (in_pixels * layer.in_ch + layer.out_hw[0] * layer.out_hw[1] * layer.out_ch) + layer.weight_count
+    traffic = (words * word_bytes + 4 * layer.out_ch) / bytes_per_cycle
+    return max(b * layer.macs / multipliers, traffic)

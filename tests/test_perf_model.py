@@ -422,3 +422,26 @@ def test_two_walkers_on_one_port_queue_for_it():
     assert fetch(two, t, rate=True) == pytest.approx(1.0, abs=0.1) == fetch(two, t, rate=False)
     # 12 input runs a step outnumber the 8 weight rows: the input walker finishes last, no empty cycle
     assert fetch(one, np.array(12), rate=True) == pytest.approx(fetch(one, np.array(12), rate=False))
+
+
+def test_the_memory_floor_is_the_compulsory_traffic_or_the_macs():
+    """`memory_floor_cycles`: a 1x1 convolution of few output channels is bound by moving its input
+    and output once (at 22.7 B a cycle, a ZC706); a stride-2 1x1 one reads only the pixels its windows
+    touch; a 3x3 convolution of 512 channels on 7x7 pixels is bound by its MACs on 900 multipliers."""
+    from fluidnpu.dse.perf_model import memory_floor_cycles
+    from fluidnpu.workload import Layer
+
+    def conv(cin, cout, hw, k, s):
+        out = hw // s
+        return Layer(name="c", kind="conv", R=out * out, P=k * k * cin, C=cout, in_ch=cin, out_ch=cout,
+                     in_hw=(hw, hw), out_hw=(out, out), kernel=(k, k), stride=(s, s))
+
+    narrow = conv(256, 64, 56, 1, 1)
+    moved = 2 * (4 * 3136 * (256 + 64) + 256 * 64) + 4 * 64
+    assert memory_floor_cycles(narrow, 4, 900, 22.7) == pytest.approx(moved / 22.7)
+    assert moved / 22.7 > 4 * narrow.macs / 900
+    down = conv(256, 512, 56, 1, 2)
+    assert memory_floor_cycles(down, 1, 1e9, 8.0) == pytest.approx(
+        (2 * (784 * 256 + 784 * 512 + 256 * 512) + 4 * 512) / 8.0)
+    deep = conv(512, 512, 7, 3, 1)
+    assert memory_floor_cycles(deep, 4, 900, 22.7) == pytest.approx(4 * deep.macs / 900)
