@@ -1,18 +1,22 @@
 """RTL cycle counters against the DSE performance model, over many random layers.
 
 Runs seeded random single-layer cases (convs and FCs, every <BR, k>, every
-batch size) on seven simulated NPU configurations, four on one AXI port and
-three on two or four (Amaranth simulator, one AXI RAM model per port), reads
-CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case with dse.perf_model, and
-writes docs/figures/rtl/agreement.{csv,json,png}. Prints the worst and mean
-disagreement. Then runs one compute-bound layer on <128, 4, 16> on one 64-,
-128- and 256-bit port and on two and four 64-bit ports and prints its
-MAC-active share (CYC_MAC / CYC_BUSY) beside the model's
-(`--no-compute-bound` skips it). `--configs 4,5,6` runs only those entries
-of AGREEMENT_CONFIGS (the seeds stay the same). `--reprice` simulates nothing: it
-takes the RTL counters recorded in --out's agreement.json and prices the same
-cases with the current model (after a change to dse/perf_model.py alone, which
-cannot move the RTL's counts: minutes instead of half an hour).
+batch size) on the simulated NPU configurations of AGREEMENT_CONFIGS, four on
+one AXI port and the others on two, three or four (Amaranth simulator, one AXI
+RAM model per port), reads CYC_BUSY / CYC_MAC / CYC_DMA_STALL, prices each case
+with dse.perf_model, and writes docs/figures/rtl/agreement.{csv,json,png}.
+Prints the worst and mean disagreement. Then runs one compute-bound layer on
+<128, 4, 16> on one 64-, 128- and 256-bit port and on two and four 64-bit
+ports and prints its MAC-active share (CYC_MAC / CYC_BUSY) beside the model's
+(`--no-compute-bound` skips it), and the pick-shaped layers (PICK_LAYERS on
+PICK_ENGINE: the ResNet-50/ZC706 pick's TP and ports, steps of hundreds of
+rows; `--no-pick-layers` skips them). `--configs 4,5,6` runs only those
+entries of AGREEMENT_CONFIGS (the seeds stay the same) and keeps what
+--out's agreement.json holds for the others, and the runs it skips.
+`--reprice` simulates nothing: it takes the RTL counters recorded in --out's
+agreement.json and prices the same cases with the current model (after a
+change to dse/perf_model.py alone, which cannot move the RTL's counts: minutes
+instead of half an hour).
 
     python benchmarks/rtl_agreement.py [--cases 12] [--configs 0,1] [--out docs/figures/rtl] [--reprice]
 """
@@ -29,17 +33,26 @@ import time
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, AgreementRow, agreement_cases, agreement_rows,
-                                       case_model_cycles, compute_bound_buses, compute_bound_case, compute_bound_rows,
-                                       config_name, model_mac_share)
+from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
+                                       agreement_rows, case_model_cycles, compute_bound_buses, compute_bound_case,
+                                       compute_bound_rows, config_name, model_mac_share, one_layer_case,
+                                       pick_layer_rows)
 
 
-def reprice(out: Path, chosen: list[int]) -> tuple[list[AgreementRow], list[dict], float]:
-    """The rows and compute-bound runs recorded in out/agreement.json, each case priced again by the current
-    model (the cases are rebuilt from their seeds; a recorded case whose shape differs is an error)."""
-    doc = json.loads((out / "agreement.json").read_text())
+def _recorded(doc: dict) -> list[AgreementRow]:
     fields = list(AgreementRow.__dataclass_fields__)
-    recorded = [AgreementRow(**{k: r[k] for k in fields}) for r in doc["rows"]]
+    return [AgreementRow(**{k: r[k] for k in fields}) for r in doc["rows"]]
+
+
+def _pick_records(rows: list[AgreementRow], names: list[str]) -> list[dict]:
+    return [asdict(r) | {"layer": n, "error": r.error, "mac_share": r.mac_share} for n, r in zip(names, rows)]
+
+
+def reprice(doc: dict, chosen: list[int]) -> tuple[list[AgreementRow], list[dict], list[dict]]:
+    """The rows, compute-bound and pick-shaped runs recorded in `doc` (agreement.json), each case priced again
+    by the current model (the cases are rebuilt from their seeds; a recorded case whose shape differs is an
+    error)."""
+    recorded = _recorded(doc)
     rows = []
     for i in chosen:
         params = AGREEMENT_CONFIGS[i]
@@ -56,28 +69,39 @@ def reprice(out: Path, chosen: list[int]) -> tuple[list[AgreementRow], list[dict
         model = case_model_cycles(params, case)
         cb.append(r | {"model_cycles": model, "error": r["hw_cycles"] / model - 1,
                        "model_mac_share": model_mac_share(params, case)})
-    return rows, cb, doc["summary"]["seconds"]
+    fields = list(AgreementRow.__dataclass_fields__)
+    pick = []
+    for r in doc.get("pick_layers", []):
+        case = one_layer_case(PICK_LAYERS[r["layer"]], PICK_ENGINE.bmax, seed=list(PICK_LAYERS).index(r["layer"]))
+        row = replace(AgreementRow(**{k: r[k] for k in fields}), model_cycles=case_model_cycles(PICK_ENGINE, case))
+        pick += _pick_records([row], [r["layer"]])
+    return rows, cb, pick
 
 
-def simulate(chosen: list[int], n_cases: int, compute_bound: bool) -> tuple[list[AgreementRow], list[dict], float]:
-    """Each chosen configuration's seeded cases on the simulated NPU, and the compute-bound runs."""
+def simulate(chosen: list[int], n_cases: int, compute_bound: bool,
+             pick_layers: bool) -> tuple[list[AgreementRow], list[dict] | None, list[dict] | None]:
+    """Each chosen configuration's seeded cases on the simulated NPU, the compute-bound runs and the
+    pick-shaped layers (None: not run)."""
     rows = []
-    t0 = time.perf_counter()
     with Progress(console=Console(stderr=True)) as prog:
-        task = prog.add_task("simulating", total=len(chosen))
+        task = prog.add_task("simulating", total=len(chosen) + compute_bound + pick_layers)
         for i in chosen:
             params = AGREEMENT_CONFIGS[i]
             rows += agreement_rows(params, agreement_cases(params, n_cases, seed=1000 * (i + 1)))
             prog.advance(task)
-    seconds = time.perf_counter() - t0
-    cb = []
-    if compute_bound:
-        case = compute_bound_case()
-        for params, r in zip(compute_bound_buses(), compute_bound_rows()):
-            share = model_mac_share(params, case)
-            cb.append(asdict(r) | {"axi_dw": params.axi_dw, "axi_ports": params.axi_ports, "error": r.error,
-                                   "mac_share": r.mac_share, "model_mac_share": share})
-    return rows, cb, seconds
+        cb = None
+        if compute_bound:
+            case = compute_bound_case()
+            cb = []
+            for params, r in zip(compute_bound_buses(), compute_bound_rows()):
+                share = model_mac_share(params, case)
+                cb.append(asdict(r) | {"axi_dw": params.axi_dw, "axi_ports": params.axi_ports, "error": r.error,
+                                       "mac_share": r.mac_share, "model_mac_share": share})
+            prog.advance(task)
+        pick = _pick_records(pick_layer_rows(), list(PICK_LAYERS)) if pick_layers else None
+        if pick_layers:
+            prog.advance(task)
+    return rows, cb, pick
 
 
 def main() -> None:
@@ -85,18 +109,31 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=12, help="cases per configuration")
     ap.add_argument("--out", default="docs/figures/rtl")
     ap.add_argument("--no-compute-bound", action="store_true", help="skip the compute-bound MAC-share runs")
+    ap.add_argument("--no-pick-layers", action="store_true", help="skip the pick-shaped layers")
     ap.add_argument("--configs", default=None, help="comma-separated indices into AGREEMENT_CONFIGS (default: all)")
     ap.add_argument("--reprice", action="store_true",
                     help="simulate nothing: price the RTL counts recorded in --out/agreement.json with the current model")
     args = ap.parse_args()
-    chosen = (range(len(AGREEMENT_CONFIGS)) if args.configs is None
+    chosen = (list(range(len(AGREEMENT_CONFIGS))) if args.configs is None
               else [int(i) for i in args.configs.split(",")])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    path = out / "agreement.json"
+    doc = json.loads(path.read_text()) if path.exists() else {"rows": [], "compute_bound": [], "pick_layers": []}
+    t0 = time.perf_counter()
     if args.reprice:
-        rows, cb, seconds = reprice(out, list(chosen))
+        rows, cb, pick = reprice(doc, chosen)
+        seconds = doc["summary"]["seconds"]
     else:
-        rows, cb, seconds = simulate(list(chosen), args.cases, not args.no_compute_bound)
+        rows, cb, pick = simulate(chosen, args.cases, not args.no_compute_bound, not args.no_pick_layers)
+        seconds = time.perf_counter() - t0
+    # what was not run this time stays as recorded (the other configurations' rows, the other runs)
+    names = {config_name(AGREEMENT_CONFIGS[i]) for i in chosen}
+    kept = [r for r in _recorded(doc) if r.config not in names] if doc["rows"] else []
+    order = {config_name(p): i for i, p in enumerate(AGREEMENT_CONFIGS)}
+    rows = sorted(kept + rows, key=lambda r: order.get(r.config, len(order)))
+    cb = doc["compute_bound"] if cb is None else cb
+    pick = doc.get("pick_layers", []) if pick is None else pick
     records = [asdict(r) | {"error": r.error, "mac_share": r.mac_share} for r in rows]
     with open(out / "agreement.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(records[0]))
@@ -107,8 +144,8 @@ def main() -> None:
                "worst_error": worst.error, "mean_abs_error": sum(abs(r.error) for r in rows) / len(rows),
                "within_5pct": sum(abs(r.error) <= 0.05 for r in rows), "seconds": seconds,
                "repriced": args.reprice}
-    (out / "agreement.json").write_text(json.dumps({"summary": summary, "rows": records, "compute_bound": cb},
-                                                   indent=1))
+    path.write_text(json.dumps({"summary": summary, "rows": records, "compute_bound": cb, "pick_layers": pick},
+                               indent=1))
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -137,6 +174,9 @@ def main() -> None:
         print(f"compute-bound R={r['R']} P={r['P']} C={r['C']} on {r['config']}: CYC_MAC/CYC_BUSY "
               f"{r['mac_share']:.1%} (model {r['model_mac_share']:.1%}), cycles {r['hw_cycles']} vs model "
               f"{r['model_cycles']} ({r['error']:+.1%}), bit-exact {r['correct']}")
+    for r in pick:
+        print(f"pick-shaped {r['layer']} on {r['config']}: cycles {r['hw_cycles']} vs model {r['model_cycles']} "
+              f"({r['error']:+.1%}), bit-exact {r['correct']}")
 
 
 if __name__ == "__main__":

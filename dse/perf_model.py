@@ -239,6 +239,9 @@ class LayerCosts:
     depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`regmap.mode_depth`)
     first_beats: ArrayLike = 0.0  # a block's first rows of its steps, read one run a tap: beats and
     first_runs: ArrayLike = 0.0   # commands beyond in_beats and in_runs (`layer_costs`)
+    split_steps: ArrayLike = 0.0  # steps of a block in which a kernel row ends, so every row reads two runs;
+    split_runs: ArrayLike = 0.0   # one row's commands and beats in those steps (parts of in_runs, in_beats):
+    split_beats: ArrayLike = 0.0  # `fetch` prices those steps apart from the others
 
     @property
     def first_extra(self) -> np.ndarray:
@@ -463,12 +466,13 @@ class LayerCosts:
         """
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        fetch = self.fetch(t, tile, groups, extra, pad)
+        fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
+        fetch = self._walk_kinds(kinds) + fixed
         compute = self.n_p * t
-        handed = self.fetch(t, tile, groups, extra, pad, handover=True) if self.bus.n_ports > 1 else fetch
+        handed = self._walk_kinds(kinds, handover=True) + fixed if self.bus.n_ports > 1 else fetch
         balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
         # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
-        paced = self.fetch(t, tile, groups, extra, pad, rate=True) if self.bus.n_ports == 1 else fetch
+        paced = self._walk_kinds(kinds, rate=True) + fixed if self.bus.n_ports == 1 else fetch
         steps = np.maximum(np.maximum(compute, paced), balance)
         busiest = self.busiest_port(t, tile, groups)
         if busiest is not None:
@@ -483,6 +487,19 @@ class LayerCosts:
         prices them, plus the steps' first rows read one run a tap (`first_runs`, `first_beats`) and
         the step and block overheads. With `Bus.gather` (a what-if) a step's input row is one command
         however many runs it has. `rate`, `handover`: as in `_walk`."""
+        fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
+        return self._walk_kinds(kinds, rate, handover) + fixed
+
+    def _walk_kinds(self, kinds: list[tuple], rate: bool = False, handover: bool = False) -> np.ndarray:
+        """`_walk` of each kind of step (`_step_kinds`), summed."""
+        walk = self._walk(*kinds[0], rate, handover)
+        return walk if len(kinds) == 1 else walk + self._walk(*kinds[1], rate, handover)
+
+    def _step_kinds(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
+                    pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[tuple]]:
+        """`fetch`'s fixed cycles and its kinds of step, each as `_walk`'s (weight commands, weight beats,
+        input commands, input beats, steps): all of a block's steps, or, where a kernel row ends inside
+        some, those steps and the others apart (`split_steps`)."""
         tm = self.timing
         fixed = self.n_p * tm.step_overhead + tm.block_overhead + extra
         runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
@@ -490,7 +507,29 @@ class LayerCosts:
         tg = t * groups
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
-        return self._walk(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p, rate, handover) + fixed
+        split = self._split_terms
+        if split is None:
+            return fixed, [(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p)]
+        # the steps in which a kernel row ends read two runs a row: they may wait on their commands where
+        # the others wait on the beats, so each kind walks at its own pace (docs/interpretations.md,
+        # "Steps of two kinds"); the weights, the steps' first rows and the padding go by step count
+        steps, share, runs_s, beats_s = split
+        s_cmds = tg * runs_s + first_c * share
+        s_beats = tg * beats_s + (first_b - t * pad * pad_c) * share
+        w_cmds, w_beats = np.asarray(tile.weight_cmds), np.asarray(tile.weight_beats)
+        return fixed, [(w_cmds * (1 - share), w_beats * (1 - share), in_cmds - s_cmds, beats - s_beats,
+                        self.n_p - steps),
+                       (w_cmds * share, w_beats * share, s_cmds, s_beats, steps)]
+
+    @functools.cached_property
+    def _split_terms(self) -> tuple[np.ndarray, ...] | None:
+        """(split steps, their share of the steps, a row's commands and beats in them, in cycles); None
+        where no step splits (or with `Bus.gather`, whose rows are one command a step)."""
+        split = np.asarray(self.split_steps, dtype=float)
+        if self.bus.gather or not np.any(split > 0):
+            return None
+        return (split, split / self.n_p, np.asarray(self.split_runs) * self.bus.command_cycles,
+                np.asarray(self.split_beats) * self.bus.beat_cycles)
 
     @functools.cached_property
     def _row_terms(self) -> tuple[np.ndarray, ...]:
@@ -594,14 +633,17 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     align = np.where((np.asarray(R) == 1) & (taps == 1), TPk, grain)
     inside = np.asarray(inside, dtype=float)
 
-    def beats(n_runs: np.ndarray) -> np.ndarray:
-        return inside * bus.beats(P, n_runs, align) + (1 - inside) * n_runs
+    def beats(n_runs: np.ndarray, words: ArrayLike = P) -> np.ndarray:
+        return inside * bus.beats(words, n_runs, align) + (1 - inside) * n_runs
     in_beats = beats(runs)
     in_row = bus.stream(in_beats, runs)
+    # the steps holding a kernel row's end: TPk words a row in two runs (`LayerCosts.split_steps`)
+    split = np.minimum(row_ends, n_p)
     depth = mode_depth(TPk, KCode.K1) if depth is None else depth
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing,
                       bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth),
-                      first_beats=beats(tap_runs) - in_beats, first_runs=tap_runs - runs)
+                      first_beats=beats(tap_runs) - in_beats, first_runs=tap_runs - runs,
+                      split_steps=split, split_runs=2 * split, split_beats=beats(2 * split, split * TPk))
 
 
 def descriptor_reads(bus: Bus) -> float:
@@ -630,13 +672,17 @@ def layer_inside(layer) -> float:
 
 class RowReads(NamedTuple):
     """One im2col row's reads over all weight steps, averaged over the rows (`im2col_row_reads`):
-    `LayerCosts.in_row`, `in_beats`, `in_runs`, `first_beats`, `first_runs`."""
+    `LayerCosts.in_row`, `in_beats`, `in_runs`, `first_beats`, `first_runs`, `split_steps`, `split_runs`,
+    `split_beats`."""
 
     in_row: float
     in_beats: float
     in_runs: float
     first_beats: float
     first_runs: float
+    split_steps: float
+    split_runs: float
+    split_beats: float
 
 
 def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
@@ -651,7 +697,10 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     its actual beats at its actual alignment, or one response for a zero-fill
     run in the padding. This replaces the average-alignment estimate where
     the geometry is known (the RTL testbenches); the DSE uses the estimate.
-    The last two fields are what a row read one run a tap (each step's first row) costs beyond that.
+    `first_beats`, `first_runs` are what a row read one run a tap (each step's first row) costs beyond
+    that; `split_*` count the steps in which most rows read two runs or more (a kernel row's end, or
+    every tap of a row at the padding) and a row's commands and beats in them (`LayerCosts.fetch`
+    walks those steps apart).
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
@@ -669,8 +718,10 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     taps = np.zeros(len(oy))               # beats, one run a tap
     merged = np.zeros(len(oy))             # beats, one run a kernel row's piece
     n_taps = n_pieces = 0
+    split = [0, 0.0, 0.0]                  # the steps with a kernel row's end: count, commands, beats
     for p0 in range(0, P, TPk):
         p, end = p0, min(P, p0 + TPk)
+        step = (n_taps, n_pieces, taps.copy(), merged.copy())
         while p < end:                     # a kernel row's piece of the step, one piece a tap
             ky = p // (g.kw * cin)
             seg_end = min(end, (ky + 1) * g.kw * cin)
@@ -683,10 +734,16 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
                 taps += cost_of((ky * g.in_w + kx) * cin + ci, n, status[:, ky, kx])
                 n_taps += 1
                 p += n
+        runs = float(np.where(window_in, n_pieces - step[1], n_taps - step[0]).mean())
+        if runs >= 1.5:                    # most rows read two runs or more in this step
+            split[0] += 1
+            split[1] += runs
+            split[2] += float(np.where(window_in, merged - step[3], taps - step[2]).mean())
     beats_t, cmds_t = float(taps.mean()), float(n_taps)
     beats = float(np.where(window_in, merged, taps).mean())
     cmds = float(np.where(window_in, n_pieces, n_taps).mean())
-    return RowReads(float(bus.stream(beats, cmds)), beats, cmds, beats_t - beats, cmds_t - cmds)
+    return RowReads(float(bus.stream(beats, cmds)), beats, cmds, beats_t - beats, cmds_t - cmds,
+                    float(split[0]), split[1], split[2])
 
 
 def im2col_edge(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],

@@ -26,6 +26,9 @@ AGREEMENT_CONFIGS: tuple[NpuParams, ...] = (
     NpuParams(TR=12, TP=3, TC=5, bmax=8, layers=1, axi_dw=64, axi_ports=4),
     NpuParams(TR=64, TP=4, TC=16, bmax=4, layers=1, axi_dw=64, axi_ports=4),
     NpuParams(TR=32, TP=4, TC=16, bmax=8, layers=1, axi_dw=64, nb=2),    # fewer banks than Bmax: g <= 2
+    # the ResNet-50/ZC706 pick's ports and TP (3 x 64-bit, TP = 14: a row step of 14 words is
+    # 3.5 beats, the ports bind), its TC cut to 4 to simulate
+    NpuParams(TR=64, TP=14, TC=4, bmax=4, layers=1, axi_dw=64, axi_ports=3),
 )
 
 
@@ -88,25 +91,30 @@ COMPUTE_BOUND_WIDTHS = (64, 128, 256)
 COMPUTE_BOUND_PORTS = (2, 4)            # of 64 bits: ZC706's HP ports
 
 
-def compute_bound_case(seed: int = 0) -> Case:
-    """One sample through the compute-bound layer (its model MAC share is >= 90 % at 256 bits)."""
+def one_layer_case(geometry: dict, bmax: int, seed: int = 0) -> Case:
+    """One sample through one layer of the given geometry (LayerDescriptor fields), random weights
+    and input, at <BR, k> = <1, 1>, with hw/reference's expected output."""
     from fluidnpu.host_driver.memory_plan import plan_subnet
     from fluidnpu.hw.descriptor import LayerDescriptor
     from fluidnpu.hw.reference import layer_reference
     from fluidnpu.sim_tb.npu_cases import random_layer
     import numpy as np
 
-    geo = LayerDescriptor(layer=0, in_h=16, in_w=8, cin=16, out_h=16, out_w=8, cout=16, kh=3, kw=3, ph=1, pw=1,
-                          shift=8)
-    rng = random.Random(seed)
-    lp = random_layer(rng, geo)
-    image = plan_subnet([lp], COMPUTE_BOUND_ENGINE["bmax"])
+    geo = LayerDescriptor(layer=0, shift=8, **geometry)
+    lp = random_layer(random.Random(seed), geo)
+    image = plan_subnet([lp], bmax)
     x = np.random.default_rng(seed).integers(-32768, 32768, size=(1, *image.tensors[0].shape),
                                              dtype=np.int64).astype(np.int16)
     image.write_input(x)
     case = Case(layers=[lp], image=image, b=1, modes=[(1, 0)], x=x)
     case.expected.append(layer_reference(x, geo, lp.weights, lp.bias))
     return case
+
+
+def compute_bound_case(seed: int = 0) -> Case:
+    """One sample through the compute-bound layer (its model MAC share is >= 90 % at 256 bits)."""
+    return one_layer_case(dict(in_h=16, in_w=8, cin=16, out_h=16, out_w=8, cout=16, kh=3, kw=3, ph=1, pw=1),
+                          COMPUTE_BOUND_ENGINE["bmax"], seed)
 
 
 def compute_bound_buses(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS,
@@ -123,6 +131,25 @@ def compute_bound_rows(widths: tuple[int, ...] = COMPUTE_BOUND_WIDTHS,
     for params in compute_bound_buses(widths, ports):
         rows += agreement_rows(params, [compute_bound_case()])
     return rows
+
+
+# Layers shaped like the ResNet-50/ZC706 pick's bandwidth-bound ones: its TP = 14 on its three 64-bit
+# ports (a row's 14 words are four beats, so the ports bind) and steps of hundreds of rows; TC cut to 4
+# to simulate. The random cases above are a few rows a step, where latencies dominate instead.
+PICK_ENGINE = NpuParams(TR=256, TP=14, TC=4, bmax=2, layers=1, axi_dw=64, axi_ports=3)
+PICK_LAYERS: dict[str, dict] = {
+    "3x3, cin 64 (layer1 conv2)": dict(in_h=16, in_w=16, cin=64, out_h=16, out_w=16, cout=4, kh=3, kw=3,
+                                       ph=1, pw=1),
+    "1x1, cin 256 (layer1 conv1)": dict(in_h=16, in_w=16, cin=256, out_h=16, out_w=16, cout=4, kh=1, kw=1),
+    "3x3, cin 32, two column tiles": dict(in_h=12, in_w=12, cin=32, out_h=12, out_w=12, cout=8, kh=3, kw=3,
+                                          ph=1, pw=1),
+}
+
+
+def pick_layer_rows(names: tuple[str, ...] | None = None, params: NpuParams = PICK_ENGINE) -> list[AgreementRow]:
+    """`PICK_LAYERS` (all, or `names`) on `params`, one sample each, counters beside the model."""
+    chosen = list(PICK_LAYERS) if names is None else list(names)
+    return agreement_rows(params, [one_layer_case(PICK_LAYERS[n], params.bmax, seed=i) for i, n in enumerate(chosen)])
 
 
 def config_name(params: NpuParams) -> str:

@@ -220,17 +220,18 @@ def test_compute_bound_layer_keeps_the_macs_busy():
     assert abs(row.error) <= 0.05
 
 
-def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path):
-    """benchmarks/rtl_agreement.py --reprice: the recorded RTL counters stay, each case is priced again by
-    the current model, and a record that is not its seed's case is refused (the counts would be another
-    layer's)."""
+def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path, monkeypatch):
+    """benchmarks/rtl_agreement.py --reprice: the recorded RTL counters stay, each case (and each pick-shaped
+    layer) is priced again by the current model, a record that is not its seed's case is refused (the counts
+    would be another layer's), and the configurations not chosen keep their rows as recorded."""
     import importlib.util
     import json
     import sys
     from dataclasses import asdict
     from pathlib import Path
 
-    from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, AgreementRow, agreement_cases, config_name, model_layer_cycles
+    from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
+                                           case_model_cycles, config_name, model_layer_cycles, one_layer_case)
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "rtl_agreement.py"
     spec = importlib.util.spec_from_file_location("rtl_agreement", path)
@@ -238,20 +239,33 @@ def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path):
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
 
+    def record(i: int, hw: int) -> dict:
+        params = AGREEMENT_CONFIGS[i]
+        case = agreement_cases(params, 1, seed=1000 * (i + 1))[0]
+        g = case.layers[0].geometry
+        return asdict(AgreementRow(config_name(params), case.b, *case.modes[0], g.npix, g.P, g.cout, g.kh * g.kw,
+                                   hw, 1, 600, 7, True))
+
     params = AGREEMENT_CONFIGS[0]
     case = agreement_cases(params, 1, seed=1000)[0]
-    g = case.layers[0].geometry
-    row = AgreementRow(config_name(params), case.b, *case.modes[0], g.npix, g.P, g.cout, g.kh * g.kw, 12345, 1, 600, 7, True)
-    cb = [{"hw_cycles": 5000, "model_cycles": 1}] * len(mod.compute_bound_buses())
-    (tmp_path / "agreement.json").write_text(json.dumps({"summary": {"seconds": 9.0}, "rows": [asdict(row)],
-                                                         "compute_bound": cb}))
-    rows, bound, seconds = mod.reprice(tmp_path, [0])
+    cb = [record(0, 5000) | {"mac_share": 0.12}] * len(mod.compute_bound_buses())
+    name = list(PICK_LAYERS)[1]
+    pick = [record(0, 7000) | {"config": config_name(PICK_ENGINE), "layer": name}]
+    doc = {"summary": {"seconds": 9.0}, "rows": [record(0, 12345), record(1, 999)], "compute_bound": cb,
+           "pick_layers": pick}
+    rows, bound, picked = mod.reprice(doc, [0])
     model = sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, ports=params.axi_ports,
                                    banks=params.banks))
-    assert [(r.hw_cycles, r.mac_cycles, r.model_cycles) for r in rows] == [(12345, 600, int(model))] and seconds == 9.0
+    assert [(r.hw_cycles, r.mac_cycles, r.model_cycles) for r in rows] == [(12345, 600, int(model))]
     assert all(b["hw_cycles"] == 5000 and b["model_cycles"] > 1 for b in bound)
-    bad = asdict(row) | {"P": g.P + 1}
-    (tmp_path / "agreement.json").write_text(json.dumps({"summary": {"seconds": 9.0}, "rows": [bad],
-                                                         "compute_bound": cb}))
+    pick_model = case_model_cycles(PICK_ENGINE, one_layer_case(PICK_LAYERS[name], PICK_ENGINE.bmax, seed=1))
+    assert [(p["hw_cycles"], p["model_cycles"], p["layer"]) for p in picked] == [(7000, pick_model, name)]
+    (tmp_path / "agreement.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(sys, "argv", ["rtl_agreement.py", "--reprice", "--configs", "0", "--out", str(tmp_path)])
+    mod.main()
+    written = json.loads((tmp_path / "agreement.json").read_text())
+    assert [(r["hw_cycles"], r["model_cycles"]) for r in written["rows"]] == [(12345, int(model)), (999, 1)]
+    assert written["summary"]["seconds"] == 9.0 and written["pick_layers"][0]["model_cycles"] == pick_model
+    doc["rows"] = [record(0, 12345) | {"P": case.layers[0].geometry.P + 1}]
     with pytest.raises(SystemExit, match="simulate again"):
-        mod.reprice(tmp_path, [0])
+        mod.reprice(doc, [0])

@@ -445,3 +445,32 @@ def test_the_memory_floor_is_the_compulsory_traffic_or_the_macs():
         (2 * (784 * 256 + 784 * 512 + 256 * 512) + 4 * 512) / 8.0)
     deep = conv(512, 512, 7, 3, 1)
     assert memory_floor_cycles(deep, 4, 900, 22.7) == pytest.approx(4 * deep.macs / 900)
+
+
+def test_steps_where_a_kernel_row_ends_are_priced_apart():
+    """A 3x3 convolution of cin 64 with TPk = 14 (the ResNet-50/ZC706 pick's layer1 conv2): the two steps
+    holding a kernel row's end (words 192 and 384, not multiples of 14) read two runs a row, the other
+    40 one. On three 64-bit ports a one-run row (14 words, four beats) waits on the ports, a two-run row
+    on its two commands, so each kind of step walks at its own pace: the block costs what its two kinds
+    cost apart, more than the averaged step (the RTL's trace: 512 cycles for such a step of 256 rows,
+    321-336 for the others; docs/interpretations.md, "Steps of two kinds"). The exact reads of the
+    descriptor's geometry find the same two steps; a 1x1 layer has none."""
+    from dataclasses import replace
+
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, im2col_row_reads, layer_costs
+    from fluidnpu.hw.descriptor import LayerDescriptor
+
+    bus = Bus.of_ports(3, 8)
+    TPk, P, C, t, groups = np.array(14), np.array(576), np.array(4), np.array(256), np.array(1)
+    costs = layer_costs(TPk, P, C, 9, bus, DEFAULT_TIMING, R=256, kw=3)
+    assert (float(costs.split_steps), float(costs.split_runs)) == (2, 4)
+    tile = costs.tile(C, groups)
+    together = float(replace(costs, split_steps=0.0).fetch(t, tile, groups))
+    apart = float(costs.fetch(t, tile, groups))
+    fixed = float(costs.n_p * DEFAULT_TIMING.step_overhead + DEFAULT_TIMING.block_overhead)
+    assert apart > together
+    assert apart - fixed >= 2 * 2 * 256 + (float(costs.in_beats) - float(costs.split_beats)) * 256 / 3
+    geo = LayerDescriptor(layer=0, in_h=16, in_w=16, cin=64, out_h=16, out_w=16, cout=4, kh=3, kw=3, ph=1, pw=1)
+    reads = im2col_row_reads(geo, 14, bus)
+    assert reads.split_steps == 2 and reads.split_runs >= 4
+    assert float(layer_costs(TPk, np.array(256), C, 1, bus, DEFAULT_TIMING, R=256).split_steps) == 0
