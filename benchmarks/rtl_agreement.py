@@ -39,9 +39,13 @@ from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYE
                                        pick_layer_rows)
 
 
+def _row(record: dict) -> AgreementRow:
+    """A recorded row (agreement.json) without its derived fields."""
+    return AgreementRow(**{k: record[k] for k in AgreementRow.__dataclass_fields__})
+
+
 def _recorded(doc: dict) -> list[AgreementRow]:
-    fields = list(AgreementRow.__dataclass_fields__)
-    return [AgreementRow(**{k: r[k] for k in fields}) for r in doc["rows"]]
+    return [_row(r) for r in doc["rows"]]
 
 
 def _pick_records(rows: list[AgreementRow], names: list[str]) -> list[dict]:
@@ -69,12 +73,10 @@ def reprice(doc: dict, chosen: list[int]) -> tuple[list[AgreementRow], list[dict
         model = case_model_cycles(params, case)
         cb.append(r | {"model_cycles": model, "error": r["hw_cycles"] / model - 1,
                        "model_mac_share": model_mac_share(params, case)})
-    fields = list(AgreementRow.__dataclass_fields__)
     pick = []
     for r in doc.get("pick_layers", []):
         case = one_layer_case(PICK_LAYERS[r["layer"]], PICK_ENGINE.bmax, seed=list(PICK_LAYERS).index(r["layer"]))
-        row = replace(AgreementRow(**{k: r[k] for k in fields}), model_cycles=case_model_cycles(PICK_ENGINE, case))
-        pick += _pick_records([row], [r["layer"]])
+        pick += _pick_records([replace(_row(r), model_cycles=case_model_cycles(PICK_ENGINE, case))], [r["layer"]])
     return rows, cb, pick
 
 
@@ -129,7 +131,7 @@ def main() -> None:
         seconds = time.perf_counter() - t0
     # what was not run this time stays as recorded (the other configurations' rows, the other runs)
     names = {config_name(AGREEMENT_CONFIGS[i]) for i in chosen}
-    kept = [r for r in _recorded(doc) if r.config not in names] if doc["rows"] else []
+    kept = [r for r in _recorded(doc) if r.config not in names]
     order = {config_name(p): i for i, p in enumerate(AGREEMENT_CONFIGS)}
     rows = sorted(kept + rows, key=lambda r: order.get(r.config, len(order)))
     cb = doc["compute_bound"] if cb is None else cb

@@ -476,24 +476,22 @@ class LayerCosts:
         steps = np.maximum(np.maximum(compute, paced), balance)
         busiest = self.busiest_port(t, tile, groups)
         if busiest is not None:
-            fixed = self.n_p * tm.step_overhead + tm.block_overhead + np.asarray(extra)
             steps = np.maximum(steps, self.n_p * busiest + fixed)
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
 
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
-              pad: ArrayLike = 0.0, rate: bool = False, handover: bool = False) -> np.ndarray:
+              pad: ArrayLike = 0.0, rate: bool = False) -> np.ndarray:
         """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
         the first) on the weight walker's stream and its input rows on the input walker's, as `_walk`
         prices them, plus the steps' first rows read one run a tap (`first_runs`, `first_beats`) and
         the step and block overheads. With `Bus.gather` (a what-if) a step's input row is one command
-        however many runs it has. `rate`, `handover`: as in `_walk`."""
+        however many runs it has. `rate`: as in `_walk`."""
         fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
-        return self._walk_kinds(kinds, rate, handover) + fixed
+        return self._walk_kinds(kinds, rate) + fixed
 
     def _walk_kinds(self, kinds: list[tuple], rate: bool = False, handover: bool = False) -> np.ndarray:
         """`_walk` of each kind of step (`_step_kinds`), summed."""
-        walk = self._walk(*kinds[0], rate, handover)
-        return walk if len(kinds) == 1 else walk + self._walk(*kinds[1], rate, handover)
+        return sum(self._walk(*kind, rate, handover) for kind in kinds)
 
     def _step_kinds(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
                     pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[tuple]]:
