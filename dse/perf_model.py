@@ -242,6 +242,8 @@ class LayerCosts:
     split_steps: ArrayLike = 0.0  # steps of a block in which a kernel row ends, so every row reads two runs;
     split_runs: ArrayLike = 0.0   # one row's commands and beats in those steps (parts of in_runs, in_beats):
     split_beats: ArrayLike = 0.0  # `fetch` prices those steps apart from the others
+    row_excess: ArrayLike = 0.0   # cycles of one input row over all steps by which its step's rows, each
+                                  # paced by its own commands or beats, outlast the step's sums (exact reads)
 
     @property
     def first_extra(self) -> np.ndarray:
@@ -503,6 +505,8 @@ class LayerCosts:
         runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
         # a short group's padding rows are zero fills: one response a run, no beat
         tg = t * groups
+        if self._excess is not None:
+            fixed = fixed + tg * self._excess
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
         split = self._split_terms
@@ -518,6 +522,12 @@ class LayerCosts:
         return fixed, [(w_cmds * (1 - share), w_beats * (1 - share), in_cmds - s_cmds, beats - s_beats,
                         self.n_p - steps),
                        (w_cmds * share, w_beats * share, s_cmds, s_beats, steps)]
+
+    @functools.cached_property
+    def _excess(self) -> np.ndarray | None:
+        """`row_excess` as an array; None where it is 0 everywhere (one port, no padding, rows alike)."""
+        excess = np.asarray(self.row_excess, dtype=float)
+        return excess if np.any(excess) else None
 
     @functools.cached_property
     def _split_terms(self) -> tuple[np.ndarray, ...] | None:
@@ -637,11 +647,43 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     in_row = bus.stream(in_beats, runs)
     # the steps holding a kernel row's end: TPk words a row in two runs (`LayerCosts.split_steps`)
     split = np.minimum(row_ends, n_p)
+    excess = row_excess_estimate(TPk, n_p, split, crossings - row_ends, edge, inside, bus, align)
     depth = mode_depth(TPk, KCode.K1) if depth is None else depth
     return LayerCosts(n_p, TPk, in_row, P, np.asarray(C), bus, timing,
                       bias_chunk=np.asarray(chunk), in_beats=in_beats, in_runs=runs, depth=np.asarray(depth),
                       first_beats=beats(tap_runs) - in_beats, first_runs=tap_runs - runs,
-                      split_steps=split, split_runs=2 * split, split_beats=beats(2 * split, split * TPk))
+                      split_steps=split, split_runs=2 * split, split_beats=beats(2 * split, split * TPk),
+                      row_excess=excess)
+
+
+def _paced_apart(bus: Bus, rows: list[tuple]) -> np.ndarray:
+    """Cycles by which rows of several kinds (share, commands, beats), each taken at its own pace, outlast
+    their sums taken at the longer of the two (`im2col_row_reads`' `row_excess`, one step)."""
+    cc, bc = bus.command_cycles, bus.beat_cycles
+    paced = sum(s * np.maximum(r * cc, b * bc) for s, r, b in rows)
+    return paced - np.maximum(sum(s * r for s, r, _ in rows) * cc, sum(s * b for s, _, b in rows) * bc)
+
+
+def row_excess_estimate(TPk: ArrayLike, n_p: ArrayLike, split: ArrayLike, cuts: ArrayLike, edge: ArrayLike,
+                        inside: ArrayLike, bus: Bus, align: ArrayLike) -> np.ndarray:
+    """`LayerCosts.row_excess` from a layer's counts, as the DSE prices it (`im2col_row_reads` walks the
+    rows where the geometry is known). Two kinds of step differ row by row: those in which a tap boundary
+    that is no kernel row's end (`cuts` of them a row, over all steps) cuts the rows at the padding (a
+    share `edge`, read one run a tap) into more runs while the others read one, and the rest, in which
+    some of those rows' one run is a zero fill in the padding ((1 - inside) / edge of them). The steps
+    holding a kernel row's end (`split`) read two runs in every row: no excess. 0 on one port, where a
+    row's beats are never fewer than its commands (docs/interpretations.md, "Rows of two kinds")."""
+    edge, inside = np.asarray(edge, dtype=float), np.asarray(inside, dtype=float)
+    if bus.n_ports == 1 or not np.any(edge > 0):
+        return np.zeros(np.broadcast(np.asarray(TPk), edge).shape)
+    pad = np.clip((1 - inside) / np.maximum(edge, 1e-12), 0.0, 1.0)    # an edge row's runs in the padding
+    one = bus.beats(TPk, 1, align)
+    rest = np.maximum(np.asarray(n_p) - split, 0)
+    cut_steps = np.minimum(rest, cuts)
+    runs = 1 + np.asarray(cuts) / np.maximum(cut_steps, 1e-12)           # an edge row's runs in those steps
+    cut = _paced_apart(bus, [(1 - edge, 1.0, one), (edge, runs, (1 - pad) * bus.beats(TPk, runs, align) + pad * runs)])
+    plain = _paced_apart(bus, [(1 - edge * pad, 1.0, one), (edge * pad, 1.0, 1.0)])
+    return np.where(edge > 0, cut_steps * cut + (rest - cut_steps) * plain, 0.0)
 
 
 def descriptor_reads(bus: Bus) -> float:
@@ -671,7 +713,7 @@ def layer_inside(layer) -> float:
 class RowReads(NamedTuple):
     """One im2col row's reads over all weight steps, averaged over the rows (`im2col_row_reads`):
     `LayerCosts.in_row`, `in_beats`, `in_runs`, `first_beats`, `first_runs`, `split_steps`, `split_runs`,
-    `split_beats`."""
+    `split_beats`, `row_excess`."""
 
     in_row: float
     in_beats: float
@@ -681,6 +723,7 @@ class RowReads(NamedTuple):
     split_steps: float
     split_runs: float
     split_beats: float
+    row_excess: float
 
 
 def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
@@ -698,7 +741,10 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     `first_beats`, `first_runs` are what a row read one run a tap (each step's first row) costs beyond
     that; `split_*` count the steps in which most rows read two runs or more (a kernel row's end, or
     every tap of a row at the padding) and a row's commands and beats in them (`LayerCosts.fetch`
-    walks those steps apart).
+    walks those steps apart). `row_excess`: on several ports, a step whose rows differ in kind (the
+    rows at the padding read two runs where the others read one) takes each row at its own pace,
+    its commands' or its beats', whichever is longer, not the step's sums at the longer of theirs:
+    the excess, per row over all steps (docs/interpretations.md, "Rows of two kinds").
     """
     g = geometry
     wpb, cin = bus.words_per_beat, g.cin
@@ -717,6 +763,8 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     merged = np.zeros(len(oy))             # beats, one run a kernel row's piece
     n_taps = n_pieces = 0
     split = [0, 0.0, 0.0]                  # the steps with a kernel row's end: count, commands, beats
+    excess = 0.0
+    cc, bc = bus.command_cycles, bus.beat_cycles
     for p0 in range(0, P, TPk):
         p, end = p0, min(P, p0 + TPk)
         step = (n_taps, n_pieces, taps.copy(), merged.copy())
@@ -732,16 +780,21 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
                 taps += cost_of((ky * g.in_w + kx) * cin + ci, n, status[:, ky, kx])
                 n_taps += 1
                 p += n
-        runs = float(np.where(window_in, n_pieces - step[1], n_taps - step[0]).mean())
+        row_runs = np.where(window_in, n_pieces - step[1], n_taps - step[0])
+        row_beats = np.where(window_in, merged - step[3], taps - step[2])
+        runs = float(row_runs.mean())
+        if bus.n_ports > 1:
+            excess += float(np.maximum(row_runs * cc, row_beats * bc).mean()
+                            - max(runs * cc, float(row_beats.mean()) * bc))
         if runs >= 1.5:                    # most rows read two runs or more in this step
             split[0] += 1
             split[1] += runs
-            split[2] += float(np.where(window_in, merged - step[3], taps - step[2]).mean())
+            split[2] += float(row_beats.mean())
     beats_t, cmds_t = float(taps.mean()), float(n_taps)
     beats = float(np.where(window_in, merged, taps).mean())
     cmds = float(np.where(window_in, n_pieces, n_taps).mean())
     return RowReads(float(bus.stream(beats, cmds)), beats, cmds, beats_t - beats, cmds_t - cmds,
-                    float(split[0]), split[1], split[2])
+                    float(split[0]), split[1], split[2], excess)
 
 
 def im2col_edge(in_hw: tuple[int, int], out_hw: tuple[int, int], kernel: tuple[int, int],
