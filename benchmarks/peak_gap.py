@@ -23,6 +23,10 @@ peak that no design could beat while layers share no data on chip -- each layer 
 moving its compulsory traffic at the board's memory rate (`perf_model.memory_floor_cycles`).
 `bandwidth_by_cause`: the bandwidth part split by what the layers' input reads repeat (`cause`):
 kernel windows, column tiles, or nothing (a layer bound by the traffic it must move).
+`line_buffer`: what reading each input pixel of a window layer once could buy beside this pick: a
+buffer on chip holding every input word a block's rows touch (`block_input_words`), in the BRAM and
+URAM the pick leaves free (`free_ram36`); the windows' part of the layers whose blocks fit, and the
+share of the board peak with that part removed (an upper bound: the buffer's fill is not priced).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
@@ -45,6 +49,7 @@ import numpy as np
 
 from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles
+from fluidnpu.dse.resource_model import bram36_for
 from fluidnpu.dse.search import Choice, DSEOptions, LayerShapes, choice_setup, explore, k_codes, modes_of
 from fluidnpu.zoo import zoo_model
 
@@ -69,6 +74,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     for b in batches:
         total = dict.fromkeys(PARTS, 0.0)
         by_cause = dict.fromkeys(CAUSES, 0.0)
+        buffered, too_big, largest = 0.0, {}, 0.0   # windows' cycles of the layers whose blocks fit
         floor = 0.0
         for li in range(len(layers)):
             ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
@@ -91,6 +97,13 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             total["commands"] += body_fast - body_free
             total["bandwidth"] += part["body"] - body_fast
             by_cause[cause(layers[li], r.TC)] += part["body"] - body_fast
+            if cause(layers[li], r.TC) == "windows":
+                need = float(bram36_for(np.ceil(block_input_words(layers[li], b, r.TR) / r.TP), 16 * r.TP))
+                if need <= free_ram36(r, board):
+                    buffered += part["body"] - body_fast
+                    largest = max(largest, need)
+                else:
+                    too_big[layers[li].name] = need
             floor += memory_floor_cycles(layers[li], b, board.dsp, memory_rate)
             for k in ("prologue", "drain", "regroup"):
                 total[k] += part[k]
@@ -101,10 +114,38 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                      "shares": {k: v / cycles for k, v in total.items()},
                      "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]},
                      "bandwidth_by_cause": {k: v / cycles for k, v in by_cause.items()},
+                     "line_buffer": {"free_ram36": free_ram36(r, board), "windows_covered": buffered / cycles,
+                                     "board_peak_share_without": gops * cycles / (cycles - buffered) / board_peak,
+                                     "largest_fitting_ram36": largest, "too_big_ram36": too_big},
                      "memory_floor_share": b * r.workload.total_macs / (floor * board.dsp)})
     return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
             "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
             "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
+
+
+def block_input_words(layer: Any, b: int, t: int) -> int:
+    """The most input words (all channels) any block of t output pixels touches, the blocks cut from the b
+    samples' pixels in raster order: for each sample a block reaches, the input rows its output rows'
+    windows cover, whole. What an on-chip buffer must hold to read each input pixel of the block once
+    (the fetcher's steps revisit every row of the block, so a rolling buffer of kh rows would not do)."""
+    (kh, _), (sh, _), (dh, _), ph = layer.kernel, layer.stride, layer.dilation, layer.pads[0]
+    (h, w), (hi, wi) = layer.out_hw, layer.in_hw
+    npix = h * w
+    most = 0
+    for start in range(0, b * npix, t):
+        end = min(start + t, b * npix)
+        words = 0
+        for s in range(start // npix, (end - 1) // npix + 1):
+            first, last = max(start - s * npix, 0) // w, (min(end - s * npix, npix) - 1) // w
+            rows = min(hi - 1, last * sh - ph + (kh - 1) * dh) - max(0, first * sh - ph) + 1
+            words += rows * wi * layer.in_ch
+        most = max(most, words)
+    return most
+
+
+def free_ram36(r: Any, board: Any) -> float:
+    """BRAM36 the pick leaves free, URAMs counted as the 8 BRAM36 of data each holds (288 Kb)."""
+    return (board.bram36 - r.resources.bram36) + 8 * (board.uram - r.resources.uram)
 
 
 CAUSES = ("windows", "column tiles", "one read")
@@ -178,6 +219,18 @@ def main() -> None:
             print(f"| {args.model} / {g['board']} <{', '.join(map(str, g['design']))}> | {row['b']} "
                   f"| {100 * row['board_peak_share']:.1f} % | {100 * row['memory_floor_share']:.1f} % | "
                   + " / ".join(f"{100 * c[k]:.1f}" for k in CAUSES) + " % |")
+    print()
+    print("| pick | b | RAM36 free | largest block that fits (RAM36) | windows' part in blocks that fit / all "
+          "| board peak without it | blocks too big (RAM36) |")
+    print("|---|---|---|---|---|---|---|")
+    for g in out:
+        for row in g["rows"]:
+            lb, big = row["line_buffer"], row["line_buffer"]["too_big_ram36"]
+            print(f"| {args.model} / {g['board']} <{', '.join(map(str, g['design']))}> | {row['b']} "
+                  f"| {lb['free_ram36']:.0f} | {lb['largest_fitting_ram36']:.0f} | {100 * lb['windows_covered']:.1f} / "
+                  f"{100 * row['bandwidth_by_cause']['windows']:.1f} % | {100 * lb['board_peak_share_without']:.1f} % "
+                  f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(big.items(), key=lambda kv: -kv[1])[:3]) or '-'}"
+                  + (f" (+{len(big) - 3})" if len(big) > 3 else "") + " |")
     print()
     print("| control unit, DSE re-run | pick | PEs, NB, P | share of board peak b = 1..8 | min over b = 4..8 |")
     print("|---|---|---|---|---|")

@@ -243,7 +243,8 @@ class LayerCosts:
     split_runs: ArrayLike = 0.0   # one row's commands and beats in those steps (parts of in_runs, in_beats):
     split_beats: ArrayLike = 0.0  # `fetch` prices those steps apart from the others
     row_excess: ArrayLike = 0.0   # cycles of one input row over all steps by which its step's rows, each
-                                  # paced by its own commands or beats, outlast the step's sums (exact reads)
+                                  # paced by its own commands or beats, outlast the step's sums
+                                  # (`im2col_row_reads`; in the DSE `row_excess_estimate`)
 
     @property
     def first_extra(self) -> np.ndarray:
