@@ -481,7 +481,7 @@ def test_rows_of_two_kinds_are_paced_apart():
     padding (one command, no beat) or, where a tap boundary cuts the step, two runs at the padding's
     edge. On three 64-bit ports a 14-word row waits on the ports and such a row on its commands, and
     each takes its own pace, not the step's sums at the longer of theirs (the RTL's trace of the
-    pick-shaped layer: steps of 318 commands and 944 beats took 358-389 cycles, not 318;
+    pick-shaped layer: steps of 316 commands and 962-1,024 beats took 358-389 cycles, not 321-341;
     docs/interpretations.md, "Rows of two kinds"). The excess is what the exact reads find on several
     ports, none on one port (a row's beats are never fewer than its commands), none without padding
     (every row alike) and none where every row waits on its commands (TPk = 7, 2.5 beats); the DSE's
