@@ -75,6 +75,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
         total = dict.fromkeys(PARTS, 0.0)
         by_cause = dict.fromkeys(CAUSES, 0.0)
         buffered, too_big, largest = 0.0, {}, 0.0   # windows' cycles of the layers whose blocks fit
+        free = free_ram36(r, board)
         floor = 0.0
         for li in range(len(layers)):
             ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
@@ -96,10 +97,11 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             total["edges"] += body_free - ideal
             total["commands"] += body_fast - body_free
             total["bandwidth"] += part["body"] - body_fast
-            by_cause[cause(layers[li], r.TC)] += part["body"] - body_fast
-            if cause(layers[li], r.TC) == "windows":
+            why = cause(layers[li], r.TC)
+            by_cause[why] += part["body"] - body_fast
+            if why == "windows":
                 need = float(bram36_for(np.ceil(block_input_words(layers[li], b, r.TR) / r.TP), 16 * r.TP))
-                if need <= free_ram36(r, board):
+                if need <= free:
                     buffered += part["body"] - body_fast
                     largest = max(largest, need)
                 else:
@@ -114,7 +116,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                      "shares": {k: v / cycles for k, v in total.items()},
                      "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]},
                      "bandwidth_by_cause": {k: v / cycles for k, v in by_cause.items()},
-                     "line_buffer": {"free_ram36": free_ram36(r, board), "windows_covered": buffered / cycles,
+                     "line_buffer": {"free_ram36": free, "windows_covered": buffered / cycles,
                                      "board_peak_share_without": gops * cycles / (cycles - buffered) / board_peak,
                                      "largest_fitting_ram36": largest, "too_big_ram36": too_big},
                      "memory_floor_share": b * r.workload.total_macs / (floor * board.dsp)})

@@ -100,8 +100,9 @@ def simulate(chosen: list[int], n_cases: int, compute_bound: bool,
                 cb.append(asdict(r) | {"axi_dw": params.axi_dw, "axi_ports": params.axi_ports, "error": r.error,
                                        "mac_share": r.mac_share, "model_mac_share": share})
             prog.advance(task)
-        pick = _pick_records(pick_layer_rows(), list(PICK_LAYERS)) if pick_layers else None
+        pick = None
         if pick_layers:
+            pick = _pick_records(pick_layer_rows(), list(PICK_LAYERS))
             prog.advance(task)
     return rows, cb, pick
 

@@ -659,7 +659,8 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
 
 def _paced_apart(bus: Bus, rows: list[tuple]) -> np.ndarray:
     """Cycles by which rows of several kinds (share, commands, beats), each taken at its own pace, outlast
-    their sums taken at the longer of the two (`im2col_row_reads`' `row_excess`, one step)."""
+    their sums taken at the longer of the two: `LayerCosts.row_excess` of one step (docs/interpretations.md,
+    "Rows of two kinds")."""
     cc, bc = bus.command_cycles, bus.beat_cycles
     paced = sum(s * np.maximum(r * cc, b * bc) for s, r, b in rows)
     return paced - np.maximum(sum(s * r for s, r, _ in rows) * cc, sum(s * b for s, _, b in rows) * bc)
@@ -684,7 +685,7 @@ def row_excess_estimate(TPk: ArrayLike, n_p: ArrayLike, split: ArrayLike, cuts: 
     runs = 1 + np.asarray(cuts) / np.maximum(cut_steps, 1e-12)           # an edge row's runs in those steps
     cut = _paced_apart(bus, [(1 - edge, 1.0, one), (edge, runs, (1 - pad) * bus.beats(TPk, runs, align) + pad * runs)])
     plain = _paced_apart(bus, [(1 - edge * pad, 1.0, one), (edge * pad, 1.0, 1.0)])
-    return np.where(edge > 0, cut_steps * cut + (rest - cut_steps) * plain, 0.0)
+    return cut_steps * cut + (rest - cut_steps) * plain
 
 
 def descriptor_reads(bus: Bus) -> float:
@@ -765,7 +766,6 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     n_taps = n_pieces = 0
     split = [0, 0.0, 0.0]                  # the steps with a kernel row's end: count, commands, beats
     excess = 0.0
-    cc, bc = bus.command_cycles, bus.beat_cycles
     for p0 in range(0, P, TPk):
         p, end = p0, min(P, p0 + TPk)
         step = (n_taps, n_pieces, taps.copy(), merged.copy())
@@ -784,9 +784,9 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
         row_runs = np.where(window_in, n_pieces - step[1], n_taps - step[0])
         row_beats = np.where(window_in, merged - step[3], taps - step[2])
         runs = float(row_runs.mean())
-        if bus.n_ports > 1:
-            excess += float(np.maximum(row_runs * cc, row_beats * bc).mean()
-                            - max(runs * cc, float(row_beats.mean()) * bc))
+        if bus.n_ports > 1:                # the step's rows by kind (commands, beats), each kind's share
+            kinds, count = np.unique(np.stack([row_runs, row_beats], axis=1), axis=0, return_counts=True)
+            excess += float(_paced_apart(bus, [(n / len(oy), r, b) for (r, b), n in zip(kinds, count)]))
         if runs >= 1.5:                    # most rows read two runs or more in this step
             split[0] += 1
             split[1] += runs
