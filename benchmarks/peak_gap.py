@@ -27,6 +27,10 @@ kernel windows, column tiles, or nothing (a layer bound by the traffic it must m
 buffer on chip holding every input word a block's rows touch (`block_input_words`), in the BRAM and
 URAM the pick leaves free (`free_ram36`); the windows' part of the layers whose blocks fit, and the
 share of the board peak with that part removed (an upper bound: the buffer's fill is not priced).
+`line_buffer` also prices the fill (`buffer_fill_cycles`): each block's input read once from DDR at the
+board's memory rate, hidden behind the previous block where two blocks' buffers fit (double-buffered:
+only the layer's first fill waits), waited for block by block where only one fits -- and, for a
+simpler buffer, waited for block by block everywhere (`single_buffered_board_peak_share`).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
@@ -48,7 +52,7 @@ from unittest import mock
 import numpy as np
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles
+from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for
 from fluidnpu.dse.search import Choice, DSEOptions, LayerShapes, choice_setup, explore, k_codes, modes_of
 from fluidnpu.zoo import zoo_model
@@ -75,7 +79,9 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
         total = dict.fromkeys(PARTS, 0.0)
         by_cause = dict.fromkeys(CAUSES, 0.0)
         buffered, too_big, largest = 0.0, {}, 0.0   # windows' cycles of the layers whose blocks fit
-        free = free_ram36(r, board)
+        priced, kinds = 0.0, {"double": 0, "single": 0}     # what a buffer saves with its fill priced
+        single_priced = 0.0                                  # ... a buffer never double-buffered
+        ram_free = free_ram36(r, board)
         floor = 0.0
         for li in range(len(layers)):
             ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
@@ -100,10 +106,19 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             why = cause(layers[li], r.TC)
             by_cause[why] += part["body"] - body_fast
             if why == "windows":
-                need = float(bram36_for(np.ceil(block_input_words(layers[li], b, r.TR) / r.TP), 16 * r.TP))
-                if need <= free:
+                words = buffer_words(layers[li], setup, TR, li)
+                need = float(bram36_for(np.ceil(words / r.TP), 16 * r.TP))
+                if need <= ram_free:
                     buffered += part["body"] - body_fast
                     largest = max(largest, need)
+                    blocks = blocks_of(setup, TR, li) * G * n
+                    double = 2 * need <= ram_free
+                    waits = buffer_fill_cycles(words, blocks, body_fast, double, memory_rate)
+                    if waits < part["body"] - body_fast:
+                        priced += part["body"] - body_fast - waits
+                        kinds["double" if double else "single"] += 1
+                    single_priced += max(0.0, part["body"] - body_fast
+                                         - buffer_fill_cycles(words, blocks, body_fast, False, memory_rate))
                 else:
                     too_big[layers[li].name] = need
             floor += memory_floor_cycles(layers[li], b, board.dsp, memory_rate)
@@ -116,9 +131,14 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                      "shares": {k: v / cycles for k, v in total.items()},
                      "without": {k: gops * cycles / (cycles - total[k]) / board_peak for k in PARTS[1:]},
                      "bandwidth_by_cause": {k: v / cycles for k, v in by_cause.items()},
-                     "line_buffer": {"free_ram36": free, "windows_covered": buffered / cycles,
+                     "line_buffer": {"free_ram36": ram_free, "windows_covered": buffered / cycles,
                                      "board_peak_share_without": gops * cycles / (cycles - buffered) / board_peak,
-                                     "largest_fitting_ram36": largest, "too_big_ram36": too_big},
+                                     "largest_fitting_ram36": largest, "too_big_ram36": too_big,
+                                     "fill_priced": {"windows_saved": priced / cycles,
+                                                     "board_peak_share": gops * cycles / (cycles - priced) / board_peak,
+                                                     "layers": kinds,
+                                                     "single_buffered_board_peak_share":
+                                                         gops * cycles / (cycles - single_priced) / board_peak}},
                      "memory_floor_share": b * r.workload.total_macs / (floor * board.dsp)})
     return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
             "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
@@ -143,6 +163,36 @@ def block_input_words(layer: Any, b: int, t: int) -> int:
             words += rows * wi * layer.in_ch
         most = max(most, words)
     return most
+
+
+def buffer_words(layer: Any, setup: Any, TR: np.ndarray, li: int) -> int:
+    """The words a block's input buffer holds in this layer's mode and split: each of a full pass's g
+    groups (BR samples each) brings the input its largest block of rows touches."""
+    rb = row_blocks(setup, TR)
+    at = np.broadcast_to
+    g, t = int(at(setup.g, rb.exists.shape)[0, li]), int(at(rb.t0_first, rb.exists.shape)[0, li])
+    split = int(np.max(setup.BR))
+    return g * block_input_words(layer, min(split, setup.b), t)
+
+
+def blocks_of(setup: Any, TR: np.ndarray, li: int) -> int:
+    """How many blocks the layer runs (per convolution group): every column tile walks every pass's blocks."""
+    rb = row_blocks(setup, TR)
+    per_tile = (setup.npass - 1) * rb.full[0] + rb.last[0]
+    n = setup.mode.nct * per_tile
+    return int(np.broadcast_to(n, rb.exists.shape)[0, li])
+
+
+def buffer_fill_cycles(words: int, blocks: int, body: float, double: bool, bytes_per_cycle: float,
+                       word_bytes: int = 2) -> float:
+    """Cycles a layer waits on its input buffer's fill: every block's input (`words`, an upper bound per
+    block) read once from DDR. Double-buffered, the next block's fill runs behind the current block's
+    steps (`body` / `blocks` cycles each), so the layer waits on its first fill and on any fill longer
+    than a block; single-buffered it waits on every fill."""
+    fill = words * word_bytes / bytes_per_cycle
+    if not double:
+        return blocks * fill
+    return fill + (blocks - 1) * max(0.0, fill - body / blocks)
 
 
 def free_ram36(r: Any, board: Any) -> float:
@@ -223,14 +273,18 @@ def main() -> None:
                   + " / ".join(f"{100 * c[k]:.1f}" for k in CAUSES) + " % |")
     print()
     print("| pick | b | RAM36 free | largest block that fits (RAM36) | windows' part in blocks that fit / all "
-          "| board peak without it | blocks too big (RAM36) |")
-    print("|---|---|---|---|---|---|---|")
+          "| board peak without it | with the fill priced (layers double / single-buffered) | single-buffered "
+          "| blocks too big (RAM36) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for g in out:
         for row in g["rows"]:
             lb, big = row["line_buffer"], row["line_buffer"]["too_big_ram36"]
+            fp = lb["fill_priced"]
             print(f"| {args.model} / {g['board']} <{', '.join(map(str, g['design']))}> | {row['b']} "
                   f"| {lb['free_ram36']:.0f} | {lb['largest_fitting_ram36']:.0f} | {100 * lb['windows_covered']:.1f} / "
                   f"{100 * row['bandwidth_by_cause']['windows']:.1f} % | {100 * lb['board_peak_share_without']:.1f} % "
+                  f"| {100 * fp['board_peak_share']:.1f} % ({fp['layers']['double']} / {fp['layers']['single']}) "
+                  f"| {100 * fp['single_buffered_board_peak_share']:.1f} % "
                   f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(big.items(), key=lambda kv: -kv[1])[:3]) or '-'}"
                   + (f" (+{len(big) - 3})" if len(big) > 3 else "") + " |")
     print()

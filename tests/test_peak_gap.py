@@ -6,6 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from fluidnpu.workload import Layer
 
 
@@ -30,3 +32,30 @@ def test_block_input_words_counts_the_input_rows_a_block_touches():
     assert block_input_words(layer, 2, 64) == 8 * 8 * 2                     # one sample a block
     strided = Layer.conv("s", 2, 4, 8, 3, stride=2, padding=1)
     assert strided.out_hw == (4, 4) and block_input_words(strided, 1, 8) == 5 * 8 * 2
+
+
+def test_buffer_fill_waits_on_the_first_fill_double_buffered_and_on_every_fill_single():
+    """4,000 words at 2 B a word over 8 B a cycle fill in 1,000 cycles. Double-buffered behind blocks of
+    5,000 cycles, only the first fill waits; behind blocks of 600 cycles each later fill waits its
+    400 extra cycles; single-buffered every fill waits."""
+    fill = _peak_gap().buffer_fill_cycles
+    assert fill(4000, 6, 30000.0, True, 8.0) == 1000
+    assert fill(4000, 6, 3600.0, True, 8.0) == 1000 + 5 * 400
+    assert fill(4000, 6, 30000.0, False, 8.0) == 6 * 1000
+
+
+def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
+    """A 3 x 3 convolution of an 8 x 8 x 2 input to 12 channels at b = 2 on <TR 16, TP 4, TC 4>, one group
+    a pass (BR = 1): each sample's 64 output pixels make 4 blocks of 16 in each of 3 column tiles (24
+    blocks), and a block of two output rows holds at most 4 input rows (4 x 8 x 2 = 64 words)."""
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus
+    from fluidnpu.dse.search import Choice, LayerShapes, choice_setup, modes_of
+
+    pg = _peak_gap()
+    layer = Layer.conv("c", 2, 12, 8, 3, padding=1)
+    shapes = LayerShapes.of([layer])
+    TP, TC, TR = np.array([[4]]), np.array([[4]]), np.array([[16]])
+    modes = modes_of(TP, TC, shapes, (0,), Bus.of(8.0), DEFAULT_TIMING)
+    setup = choice_setup(modes, shapes, 2, Choice(BR=1, k_code=0, serial=False), 1)
+    assert pg.blocks_of(setup, TR, 0) == 3 * 2 * 4
+    assert pg.buffer_words(layer, setup, TR, 0) == 64
