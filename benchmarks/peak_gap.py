@@ -54,16 +54,20 @@ import numpy as np
 from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for
-from fluidnpu.dse.search import Choice, DSEOptions, LayerShapes, choice_setup, explore, k_codes, modes_of
+from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, choice_setup, evaluate_design, explore, k_codes,
+                                 modes_of)
 from fluidnpu.zoo import zoo_model
 
 PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
 
 
-def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)) -> dict[str, Any]:
-    """The pick of `model` on `board_name` and its cycles by part at each b in `batches`."""
+def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9),
+        design: tuple[int, int, int, DSEOptions] | None = None) -> dict[str, Any]:
+    """The pick of `model` on `board_name` and its cycles by part at each b in `batches`; `design`
+    (TR, TP, TC, options): that design instead of the DSE's pick."""
     board = load_board(board_name)
-    r = explore(zoo_model(model), board, DSEOptions(bmax=bmax))
+    r = (explore(zoo_model(model), board, DSEOptions(bmax=bmax)) if design is None
+         else evaluate_design(zoo_model(model), board, *design))
     layers = r.workload.layers()
     shapes = LayerShapes.of(layers)
     TR, TP, TC = (np.array([[v]]) for v in (r.TR, r.TP, r.TC))

@@ -59,3 +59,26 @@ def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
     setup = choice_setup(modes, shapes, 2, Choice(BR=1, k_code=0, serial=False), 1)
     assert pg.blocks_of(setup, TR, 0) == 3 * 2 * 4
     assert pg.buffer_words(layer, setup, TR, 0) == 64
+
+
+def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
+    """`gap` end to end on ResNet-50 and ZC706's design (given, not searched: 1 s): its parts sum to the
+    DSE's cycles (asserted inside), its share is the DSE's GOp/s over the board peak, and a line
+    buffer with its fill priced lands between the design as built and the buffer with a free fill,
+    single-buffered below double-buffered."""
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.search import DSEOptions, evaluate_design
+    from fluidnpu.zoo import zoo_model
+
+    pg = _peak_gap()
+    opts = DSEOptions(bmax=8, ports=3, banks=2, stackable=True)
+    g = pg.gap("resnet50", "zc706", batches=range(4, 5), design=(2091, 14, 64, opts))
+    row = g["rows"][0]
+    r = evaluate_design(zoo_model("resnet50"), load_board("zc706"), 2091, 14, 64, opts)
+    assert abs(row["gops"] - r.gops[3]) < 1e-6 * r.gops[3]
+    assert abs(sum(row["shares"].values()) - 1) < 1e-9
+    lb = row["line_buffer"]
+    fp = lb["fill_priced"]
+    assert row["board_peak_share"] < fp["single_buffered_board_peak_share"] <= fp["board_peak_share"]
+    assert fp["board_peak_share"] < lb["board_peak_share_without"]
+    assert fp["layers"]["double"] > 0 and lb["free_ram36"] > lb["largest_fitting_ram36"]
