@@ -108,21 +108,22 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             total["commands"] += body_fast - body_free
             total["bandwidth"] += part["body"] - body_fast
             why = cause(layers[li], r.TC)
-            by_cause[why] += part["body"] - body_fast
+            extra = part["body"] - body_fast               # the bandwidth part of this layer
+            by_cause[why] += extra
             if why == "windows":
-                words = buffer_words(layers[li], setup, TR, li)
+                rb = row_blocks(setup, TR)
+                words = buffer_words(layers[li], setup, rb, li)
                 need = float(bram36_for(np.ceil(words / r.TP), 16 * r.TP))
                 if need <= ram_free:
-                    buffered += part["body"] - body_fast
+                    buffered += extra
                     largest = max(largest, need)
-                    blocks = blocks_of(setup, TR, li) * G * n
+                    blocks = blocks_of(setup, rb, li) * G * n
                     double = 2 * need <= ram_free
                     waits = buffer_fill_cycles(words, blocks, body_fast, double, memory_rate)
-                    if waits < part["body"] - body_fast:
-                        priced += part["body"] - body_fast - waits
+                    if waits < extra:
+                        priced += extra - waits
                         kinds["double" if double else "single"] += 1
-                    single_priced += max(0.0, part["body"] - body_fast
-                                         - buffer_fill_cycles(words, blocks, body_fast, False, memory_rate))
+                    single_priced += max(0.0, extra - buffer_fill_cycles(words, blocks, body_fast, False, memory_rate))
                 else:
                     too_big[layers[li].name] = need
             floor += memory_floor_cycles(layers[li], b, board.dsp, memory_rate)
@@ -169,19 +170,18 @@ def block_input_words(layer: Any, b: int, t: int) -> int:
     return most
 
 
-def buffer_words(layer: Any, setup: Any, TR: np.ndarray, li: int) -> int:
-    """The words a block's input buffer holds in this layer's mode and split: each of a full pass's g
-    groups (BR samples each) brings the input its largest block of rows touches."""
-    rb = row_blocks(setup, TR)
+def buffer_words(layer: Any, setup: Any, rb: Any, li: int) -> int:
+    """The words a block's input buffer holds in this layer's mode and split (`rb`: its `row_blocks`):
+    each of a full pass's g groups (BR samples each) brings the input its largest block of rows touches."""
     at = np.broadcast_to
     g, t = int(at(setup.g, rb.exists.shape)[0, li]), int(at(rb.t0_first, rb.exists.shape)[0, li])
     split = int(np.max(setup.BR))
     return g * block_input_words(layer, min(split, setup.b), t)
 
 
-def blocks_of(setup: Any, TR: np.ndarray, li: int) -> int:
-    """How many blocks the layer runs (per convolution group): every column tile walks every pass's blocks."""
-    rb = row_blocks(setup, TR)
+def blocks_of(setup: Any, rb: Any, li: int) -> int:
+    """How many blocks the layer runs (per convolution group; `rb`: its `row_blocks`): every column tile
+    walks every pass's blocks."""
     per_tile = (setup.npass - 1) * rb.full[0] + rb.last[0]
     n = setup.mode.nct * per_tile
     return int(np.broadcast_to(n, rb.exists.shape)[0, li])

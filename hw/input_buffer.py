@@ -30,7 +30,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for, ceil_log2
+from amaranth.utils import ceil_log2
 
 
 def buffer_banks(TP: int, lanes: int) -> int:
@@ -87,6 +87,7 @@ class InputBuffer(wiring.Component):
         m = Module()
         TP, L, NBK, W, rows = self.TP, self.lanes, self.nbank, self.window, self.rows
         lb, nb_bits = ceil_log2(L), ceil_log2(NBK)
+        lw = lb + nb_bits                     # a word address's window: word >> lw
         banks = []
         for k in range(NBK):
             mem = Memory(shape=unsigned(16 * L), depth=2 * rows, init=[])
@@ -98,20 +99,20 @@ class InputBuffer(wiring.Component):
         # fills: one window of W words a cycle, each bank one row of L words
         f = self.fill.payload
         windows = Signal(range(-(-self.nmax // W) + 1))       # windows of this fill already written
-        n_win = (f.nwords + W - 1) >> (lb + nb_bits)
+        n_win = (f.nwords + W - 1) >> lw
         may_fill = self.fill.valid & ~full.bit_select(f.half, 1)
         last_win = windows + 1 >= n_win
-        row_w = Mux(f.half, rows, 0) + (f.offset >> (lb + nb_bits)) + windows
+        row_w = Mux(f.half, rows, 0) + (f.offset >> lw) + windows
         words_in = Signal(16 * W)
         first = Signal(range(W))                  # where in its window a fill smaller than one starts
         if self.chunk >= W:
             m.d.comb += words_in.eq(Cat(f.data, Const(0, 16 * (-self.nmax % W))).word_select(windows, 16 * W))
         else:
-            m.d.comb += [first.eq(f.offset[:lb + nb_bits]), words_in.eq(f.data[:16 * self.chunk] << (first * 16))]
+            m.d.comb += [first.eq(f.offset[:lw]), words_in.eq(f.data[:16 * self.chunk] << (first * 16))]
         for k, (wp, _) in enumerate(banks):
             m.d.comb += [wp.addr.eq(row_w), wp.data.eq(words_in.word_select(k, 16 * L))]
             for i in range(L):
-                at = (windows << (lb + nb_bits)) + k * L + i          # the word's place in the fill's windows
+                at = (windows << lw) + k * L + i          # the word's place in the fill's windows
                 m.d.comb += wp.en[i].eq(may_fill & (at >= first) & (at < first + f.nwords))
         with m.If(may_fill):
             m.d.sync += windows.eq(Mux(last_win, 0, windows + 1))
@@ -154,13 +155,9 @@ class InputBuffer(wiring.Component):
 
 
 def _rotate(value, by, unit: int, n: int):
-    """`value` (n units of `unit` bits) rotated down by `by` units: unit i of the result is unit
-    (by + i) % n of `value`, a barrel of log2(n) stages of two-way selects."""
+    """`value` (n units of `unit` bits, n a power of two) rotated down by `by` units: unit i of the result
+    is unit (by + i) % n of `value`, a barrel of log2(n) stages of two-way selects."""
     out = value
-    for s in range(bits_for(n - 1) if n > 1 else 0):
-        step = (1 << s) % n
-        if step == 0:
-            continue
-        rolled = Cat(out[unit * step:], out[:unit * step])
-        out = Mux(by[s], rolled, out)
+    for s in range(ceil_log2(n)):
+        out = Mux(by[s], Cat(out[unit << s:], out[:unit << s]), out)
     return out

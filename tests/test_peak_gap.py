@@ -48,7 +48,7 @@ def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
     """A 3 x 3 convolution of an 8 x 8 x 2 input to 12 channels at b = 2 on <TR 16, TP 4, TC 4>, one group
     a pass (BR = 1): each sample's 64 output pixels make 4 blocks of 16 in each of 3 column tiles (24
     blocks), and a block of two output rows holds at most 4 input rows (4 x 8 x 2 = 64 words)."""
-    from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, row_blocks
     from fluidnpu.dse.search import Choice, LayerShapes, choice_setup, modes_of
 
     pg = _peak_gap()
@@ -57,8 +57,9 @@ def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
     TP, TC, TR = np.array([[4]]), np.array([[4]]), np.array([[16]])
     modes = modes_of(TP, TC, shapes, (0,), Bus.of(8.0), DEFAULT_TIMING)
     setup = choice_setup(modes, shapes, 2, Choice(BR=1, k_code=0, serial=False), 1)
-    assert pg.blocks_of(setup, TR, 0) == 3 * 2 * 4
-    assert pg.buffer_words(layer, setup, TR, 0) == 64
+    rb = row_blocks(setup, TR)
+    assert pg.blocks_of(setup, rb, 0) == 3 * 2 * 4
+    assert pg.buffer_words(layer, setup, rb, 0) == 64
 
 
 def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
