@@ -56,6 +56,12 @@ LAYOUT: tuple[tuple[str, int, int, int, bool], ...] = (
     ("P", 19, 0, 24, False),             # kh*kw*cin: the GEMM's inner dimension
     ("row_words", 20, 0, 24, False),     # kw*cin: words of one kernel row of the im2col window
 )
+# Decoded only by an NPU built with a block input buffer (hw/input_buffer.py; NpuParams.input_buffer), so
+# that the others' RTL does not carry them; zero in every descriptor that is not `buffered`.
+BUFFER_LAYOUT: tuple[tuple[str, int, int, int, bool], ...] = (
+    ("in_row_words", 21, 0, 24, False),  # in_w * pixel pitch: words of one input row (the fill walker's step)
+    ("buffered", 21, 31, 1, False),      # the layer's input runs are answered from the block input buffer
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class LayerDescriptor:
     dst_coff: int = 0
     weight_base: int = 0
     bias_base: int = 0
+    buffered: bool = False    # input runs from the block input buffer (an NPU built with one)
 
     @property
     def npix(self) -> int:
@@ -171,6 +178,8 @@ class LayerDescriptor:
             "bias_base": self.bias_base,
             "P": self.P,
             "row_words": self.kw * self.cin,
+            "in_row_words": self.in_w * self.in_pitch if self.buffered else 0,
+            "buffered": int(self.buffered),
         }
 
     def words(self) -> list[int]:
@@ -178,7 +187,7 @@ class LayerDescriptor:
         self.check()
         out = [0] * DESC_WORDS
         values = self.fields_packed()
-        for name, word, lsb, width, signed in LAYOUT:
+        for name, word, lsb, width, signed in LAYOUT + BUFFER_LAYOUT:
             v = values[name]
             lo, hi = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if signed else (0, (1 << width) - 1)
             if not lo <= v <= hi:
@@ -194,7 +203,7 @@ class LayerDescriptor:
 def unpack_fields(words: list[int]) -> dict[str, int]:
     """Decode packed words back into field values (signed fields sign-extended)."""
     values = {}
-    for name, word, lsb, width, signed in LAYOUT:
+    for name, word, lsb, width, signed in LAYOUT + BUFFER_LAYOUT:
         v = (words[word] >> lsb) & ((1 << width) - 1)
         if signed and v >= 1 << (width - 1):
             v -= 1 << width

@@ -5,7 +5,7 @@ starts at, the sample's base address: the fetcher's block cursors) and its rows 
 block's output rows, one a cycle, sample by sample up to the group's end, and for each sample the
 block reaches issues:
 
-* a `region`: the sample's slot in the block, the byte address of the first input row the block's
+* a `region`: the half and the sample, the byte address of the first input row the block's
   windows read in that sample, and the word of the buffer half it lands at (a multiple of the
   buffer's window, hw/input_buffer.py), so that a run's buffer offset is its address less the
   region's, plus the region's word;
@@ -13,12 +13,19 @@ block reaches issues:
   the buffer writes), in order, each with the buffer word it lands at and
   the half; the block's last read is marked `last` (the half is then full).
 
+The fetcher's row block covers one run of pixels in each of its groups (hw/seq_fetcher.py), so a
+block comes as one `block` a group: `cont` on every group after the first (its regions follow the
+previous group's in the half), `close` on the last (its last read is the block's `last`). A group
+whose pixels all lie past its end sample (a short last group's padding rows) reads nothing; if it
+closes the block, the walker issues a marker instead: a read of no words marked `last`, which
+hw/sequencer.py answers itself, so that the half still completes.
+
 The input rows of a sample are max(0, iy_first) .. min(in_h - 1, iy_last + span), iy_first and
 iy_last the input rows the windows of the block's first and last output row in it start at, span
 (kh - 1) x dilation. A block's regions must fit one half: the walker does not check it, the plan
 does (a layer is buffered only where its largest block fits). No multiplier or divider: rows and addresses advance by addition, so a block
 costs its output rows plus its first region's input rows in cycles before the reads, which run at
-one a cycle. docs/hw-architecture.md, "A block input buffer: the plan".
+one a cycle. docs/hw-architecture.md, "A block input buffer".
 """
 
 from __future__ import annotations
@@ -43,10 +50,12 @@ def geometry_layout() -> data.StructLayout:
 
 
 def block_layout(bmax: int, TR: int) -> data.StructLayout:
-    """A block to fill: the half, its first pixel (sample, output row and column, input row of its
-    window, the sample's base byte address), its rows t and the group's end sample (exclusive)."""
-    return data.StructLayout({"half": 1, "sample": bits_for(bmax), "oy": GEOM, "ox": GEOM,
-                              "iy": signed(GEOM + 1), "sbase": ADDR, "t": bits_for(TR), "gend": bits_for(bmax)})
+    """A block's group to fill: the half, its first pixel (sample, output row and column, input row of
+    its window, the sample's base byte address), its rows t and the group's end sample (exclusive);
+    `cont`: not the block's first group; `close`: the block's last."""
+    return data.StructLayout({"half": 1, "sample": bits_for(bmax + 1), "oy": GEOM, "ox": GEOM,
+                              "iy": signed(GEOM + 1), "sbase": ADDR, "t": bits_for(TR), "gend": bits_for(bmax),
+                              "cont": 1, "close": 1})
 
 
 def fill_cmd_layout(depth: int, nmax: int) -> data.StructLayout:
@@ -56,16 +65,17 @@ def fill_cmd_layout(depth: int, nmax: int) -> data.StructLayout:
 
 
 def region_layout(bmax: int, depth: int) -> data.StructLayout:
-    """A sample's region of the block: its slot (sample - the block's first), first byte, buffer word."""
-    return data.StructLayout({"slot": bits_for(bmax), "src": ADDR, "buf": range(depth)})
+    """A sample's region of the block: the half, the sample, its first byte and buffer word."""
+    return data.StructLayout({"half": 1, "sample": bits_for(bmax), "src": ADDR, "buf": range(depth)})
 
 
 class FillWalker(wiring.Component):
     """Turns a block into its regions and fill reads; see the module docstring.
 
     Ports: `geom` (geometry_layout, held while a layer runs), `block` (stream of block_layout), `cmd`
-    (stream of fill_cmd_layout), `region` (stream of region_layout). `window`: the buffer's window in
-    words (regions start on it); `depth`: the words of a half.
+    (stream of fill_cmd_layout), `region` (stream of region_layout), `overflow` (with a region's valid:
+    the region does not fit the half; its reads still go, into words that wrap). `window`: the
+    buffer's window in words (regions start on it); `depth`: the words of a half.
     """
 
     def __init__(self, *, TR: int, bmax: int, nmax: int, depth: int, window: int) -> None:
@@ -78,6 +88,7 @@ class FillWalker(wiring.Component):
             "block": In(stream.Signature(block_layout(bmax, TR))),
             "cmd": Out(stream.Signature(fill_cmd_layout(depth, nmax))),
             "region": Out(stream.Signature(region_layout(bmax, depth))),
+            "overflow": Out(1),
         })
 
     def elaborate(self, platform) -> Module:
@@ -85,8 +96,8 @@ class FillWalker(wiring.Component):
         g, blk = self.geom, self.block.payload
         chunk, W = self.chunk, self.window
         log2w = ceil_log2(W)
-        half = Signal()
-        sample, gend, slot = Signal.like(blk.sample), Signal.like(blk.gend), Signal.like(self.region.payload.slot)
+        half, close = Signal(), Signal()
+        sample, gend = Signal.like(blk.sample), Signal.like(blk.gend)
         oy, iy, iy_first, iy_last = Signal(GEOM), Signal(signed(GEOM + 1)), Signal(signed(GEOM + 1)), Signal(signed(GEOM + 1))
         px_row = Signal(GEOM + 1)             # output pixels of the current row still in the block
         left = Signal(bits_for(self.TR))      # the block's pixels not yet walked
@@ -100,10 +111,20 @@ class FillWalker(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.block.ready.eq(1)
                 with m.If(self.block.valid):
-                    m.d.sync += [half.eq(blk.half), sample.eq(blk.sample), gend.eq(blk.gend), slot.eq(0),
+                    m.d.sync += [half.eq(blk.half), sample.eq(blk.sample), gend.eq(blk.gend), close.eq(blk.close),
                                  oy.eq(blk.oy), iy.eq(blk.iy), iy_first.eq(blk.iy), px_row.eq(g.out_w - blk.ox),
-                                 left.eq(blk.t), sbase.eq(blk.sbase), buf.eq(0)]
-                    m.next = "ROW"
+                                 left.eq(blk.t), sbase.eq(blk.sbase)]
+                    with m.If(~blk.cont):
+                        m.d.sync += buf.eq(0)
+                    with m.If(blk.sample < blk.gend):
+                        m.next = "ROW"
+                    with m.Elif(blk.close):
+                        m.next = "MARK"
+            with m.State("MARK"):                  # an empty group closes the block: a read of no words
+                c = self.cmd.payload
+                m.d.comb += [self.cmd.valid.eq(1), c.half.eq(half), c.last.eq(1)]
+                with m.If(self.cmd.ready):
+                    m.next = "IDLE"
             with m.State("ROW"):                   # one output row a cycle, to the block's last in this sample
                 with m.If(left <= px_row):
                     m.d.sync += [iy_last.eq(iy), left.eq(0)]
@@ -132,14 +153,15 @@ class FillWalker(wiring.Component):
                     m.next = "REGION"
             with m.State("REGION"):
                 p = self.region.payload
-                m.d.comb += [self.region.valid.eq(1), p.slot.eq(slot), p.src.eq(addr), p.buf.eq(buf_start)]
+                m.d.comb += [self.region.valid.eq(1), p.half.eq(half), p.sample.eq(sample), p.src.eq(addr),
+                             p.buf.eq(buf_start), self.overflow.eq(buf_start + words > self.depth)]
                 with m.If(self.region.ready):
                     m.next = "FILL"
             with m.State("FILL"):
                 c = self.cmd.payload
                 end = words <= chunk
                 m.d.comb += [self.cmd.valid.eq(1), c.addr.eq(addr), c.nwords.eq(Mux(end, words, chunk)),
-                             c.offset.eq(buf), c.half.eq(half), c.last.eq(end & final)]
+                             c.offset.eq(buf), c.half.eq(half), c.last.eq(end & final & close)]
                 with m.If(self.cmd.ready):
                     m.d.sync += [addr.eq(addr + 2 * chunk), words.eq(words - chunk), buf.eq(buf + chunk)]
                     with m.If(end):
@@ -148,7 +170,7 @@ class FillWalker(wiring.Component):
                         with m.If(final):
                             m.next = "IDLE"
                         with m.Else():
-                            m.d.sync += [sample.eq(sample + 1), slot.eq(slot + 1), oy.eq(0), iy.eq(g.iy_top),
+                            m.d.sync += [sample.eq(sample + 1), oy.eq(0), iy.eq(g.iy_top),
                                          iy_first.eq(g.iy_top), px_row.eq(g.out_w), sbase.eq(sbase + g.sample_bytes)]
                             m.next = "ROW"
         return m

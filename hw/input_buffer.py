@@ -7,7 +7,7 @@ walker writes the next block's region into one half (`fill`, DMA responses
 of up to NMAX words) while the fetcher's input runs read the other (`cmd`),
 answered on `rsp` in order with the command's tag, exactly as the DMA's input
 stream answers them, so the loader does not change (docs/hw-architecture.md,
-"A block input buffer: the plan").
+"A block input buffer").
 
 The halves synchronise themselves: a run of a half (a zero run too) waits
 until the fill marked `last` has written it, and a fill of a half waits

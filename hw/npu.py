@@ -32,7 +32,7 @@ def control_units(p: NpuParams) -> dict[str, Any]:
     calibration's units alone (benchmarks/synth_calibration.py) are the ones the NPU holds."""
     NMAX = nmax(p.TP, p.TC)
     seq = Sequencer(TR=p.TR, TP=p.TP, TC=p.TC, NB=p.banks, bmax=p.bmax, layers=p.layers, nmax=NMAX,
-                    stackable=p.stackable)
+                    stackable=p.stackable, input_buffer=p.input_buffer)
     return {"seq": seq, "regs": NpuRegisters(p),
             "dma": AxiDma(addr_width=32, data_width=p.axi_dw, nmax=NMAX, tag_width=seq.tag.size, ports=p.axi_ports,
                           read_streams=2)}

@@ -332,6 +332,7 @@ class ErrorCode(IntEnum):
     START_WHILE_BUSY = 6
     WRITE_WHILE_BUSY = 7
     FBCB_INDEX = 8
+    BUFFER_OVERFLOW = 9
 
     @property
     def message(self) -> str:
@@ -349,6 +350,8 @@ _ERROR_MESSAGES = {
     ErrorCode.WRITE_WHILE_BUSY: "DESC_BASE, DESC_COUNT, BACTIVE, BEXIT, BINCR or FBCB_DATA written while BUSY; "
                                 "ignored",
     ErrorCode.FBCB_INDEX: "FBCB_DATA written with FBCB_ADDR past the table (L*Bmax entries); ignored",
+    ErrorCode.BUFFER_OVERFLOW: "a buffered layer's block reads more input than a half of the block input buffer "
+                               "holds; the run stopped, its outputs are wrong",
 }
 
 
@@ -531,11 +534,14 @@ class NpuParams:
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
     axi_ports: int = 1          # AXI4 master ports m_axi0.. (the bundle's design.ports), DMA commands dealt round-robin
     placement: tuple[tuple[str, str], ...] = ()   # (buffer, "bram" | "uram"): resources.placement; () = the tool's choice
+    input_buffer: int = 0       # words a half of the block input buffer (hw/input_buffer.py); 0: none built
 
     def __post_init__(self) -> None:
         for name in ("TR", "TP", "TC", "bmax", "layers", "axi_dw"):
             if getattr(self, name) < 1:
                 raise FluidError(f"NPU parameter {name} must be at least 1, got {getattr(self, name)}")
+        if self.input_buffer < 0:
+            raise FluidError(f"NPU parameter input_buffer must be >= 0 words, got {self.input_buffer}")
         if not 1 <= self.axi_ports <= MAX_AXI_PORTS:
             raise FluidError(f"NPU parameter axi_ports must be 1..{MAX_AXI_PORTS}, got {self.axi_ports}")
         if self.fbcb_depth > 1 << 16:

@@ -22,11 +22,12 @@ of following them.
 from __future__ import annotations
 
 from amaranth import Array, Module, Mux, Signal, signed
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from fluidnpu.hw.descriptor import LAYOUT
+from fluidnpu.hw.fill_walker import block_layout as fill_block_layout
 from fluidnpu.hw.regmap import ROW_BITS
 from fluidnpu.hw.seq_streams import (ADDR, KIND_BIAS, KIND_INPUT, KIND_WEIGHT, block_layout, plan_layout,
                                      read_cmd_layout, step_layout, tag_layout)
@@ -40,12 +41,23 @@ class SeqFetcher(wiring.Component):
     writer), `cfg_g` (the core's group count, changed only while the core is idle),
     `core_idle` (from the loader: no step handed to the core is unreleased) and `idle`
     (the layer's reads are all issued and both FIFOs are empty).
+
+    With `buffer` (an NPU built with the block input buffer, hw/buffered_input.py), for a layer whose
+    descriptor is `buffered`: `fill_block` hands the fill walker each row block's groups, a pass's
+    first block as the pass starts and every later block while the block before it walks its first
+    step (the cursors then reach the next block's first pixels), and `in_ctx` says of each input run
+    its block's half (the staging half `sb`: both alternate by block), its sample and whether it is
+    the block's last run; `fill_issued` (one cycle) says a block's fill reads have all been issued.
     """
 
-    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, nmax: int) -> None:
+    def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, nmax: int, buffer: bool = False) -> None:
         self.TR, self.TP, self.TC, self.NB, self.bmax, self.nmax = TR, TP, TC, NB, bmax, nmax
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
+        self.buffer = buffer
         super().__init__({
+            **({"buffered": In(1), "fill_issued": In(1), "fill_block": Out(stream.Signature(fill_block_layout(bmax, TR))),
+                "in_ctx": Out(data.StructLayout({"half": 1, "sample": bits_for(bmax) + 1, "last": 1}))}
+               if buffer else {}),
             "plan": In(plan_layout(TR, TP, TC, NB, bmax)), "go": In(1), "idle": Out(1),
             "rd_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
             "in_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
@@ -73,7 +85,15 @@ class SeqFetcher(wiring.Component):
                      blk_fifo.r_en.eq(self.block.ready)]
         fetch_done = Signal()
         w_go, w_idle = Signal(), Signal()              # start the weight walker; it has no step
-        m.d.comb += self.idle.eq(fetch_done & w_idle & (step_fifo.level == 0) & (blk_fifo.level == 0))
+        if self.buffer:
+            m.submodules.fill_fifo = fill_fifo = fifo.SyncFIFOBuffered(width=self.fill_block.payload.shape().size,
+                                                                       depth=2 * NB + 2)
+            m.d.comb += [self.fill_block.valid.eq(fill_fifo.r_rdy), self.fill_block.payload.eq(fill_fifo.r_data),
+                         fill_fifo.r_en.eq(self.fill_block.ready)]
+            m.d.comb += self.idle.eq(fetch_done & w_idle & (step_fifo.level == 0) & (blk_fifo.level == 0)
+                                     & (fill_fifo.level == 0))
+        else:
+            m.d.comb += self.idle.eq(fetch_done & w_idle & (step_fifo.level == 0) & (blk_fifo.level == 0))
 
         col0 = Signal(16)
         w = Signal(range(2 * TC + 1))
@@ -192,13 +212,34 @@ class SeqFetcher(wiring.Component):
         accepted = self.in_cmd.valid & self.in_cmd.ready
 
         ahead_ok = step_fifo.level < 2
+        may_start = ahead_ok & step_fifo.w_rdy & w_idle
 
         first_c, last_c = Signal(), Signal()
+        if self.buffer:
+            # the loader takes a step's reads only after the step before it is handed to the core, and a
+            # buffered step's input waits for its block's fill: so no step's reads may enter the DMA's
+            # order ahead of the fill reads the step before it waits for. A step of block k starts once
+            # the fills of every block before it have all been issued, and a later step of block k once
+            # block k's have: `owed` (blocks started less blocks whose fill reads are all issued) <= 0.
+            # A block's start counts a cycle late, from a register (`started`: no path from the step
+            # hand-over logic into the count), and no step starts in that cycle
+            owed, started = Signal(signed(4)), Signal()
+            m.d.sync += [started.eq(step_fifo.w_en & first_c), owed.eq(owed + started - self.fill_issued)]
+            with m.If(self.go):
+                m.d.sync += owed.eq(0)
+            may_start = may_start & (~self.buffered | ((owed <= 0) & ~started))
         step_w = Signal(self.step.payload.shape())
         m.d.comb += [step_w.t.eq(t), step_w.first.eq(first_c), step_w.last.eq(last_c), step_w.sb.eq(sb),
                      step_fifo.w_data.eq(step_w)]
         blk = Signal(self.block.payload.shape())
         m.d.comb += blk_fifo.w_data.eq(blk)
+        if self.buffer:
+            fill_w = Signal(self.fill_block.payload.shape())
+            m.d.comb += fill_fifo.w_data.eq(fill_w)
+            # whether the pass has a block after this one, and its rows: registers (bi and the pass plan
+            # settle at least a cycle before a block's first step walks its rows)
+            more_blocks, next_t = Signal(), Signal.like(t)
+            m.d.sync += [more_blocks.eq(bi + 1 < n_sel), next_t.eq(Mux(bi + 1 < big_sel, s_sel + 1, s_sel))]
 
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
@@ -224,12 +265,24 @@ class SeqFetcher(wiring.Component):
                     m.next = "CURSORS"
             with m.State("CURSORS"):      # each group of the pass starts at its first sample, pixel 0
                 end = nsamp + BR
-                m.d.sync += [c_sample[q].eq(nsamp), c_gend[q].eq(Mux(end < b, end, b)), c_pix[q].eq(0),
-                             c_oy[q].eq(0), c_ox[q].eq(0), c_iy[q].eq(-f["ph"]), c_ix[q].eq(-f["pw"]),
-                             c_off[q].eq(f["origin"]), c_sbase[q].eq(nsrc),
-                             nsamp.eq(end), nsrc.eq(nsrc + br_src), q.eq(q + 1)]
-                with m.If(q + 1 == gp):
-                    m.next = "BLOCK"
+
+                def group_cursors() -> None:
+                    m.d.sync += [c_sample[q].eq(nsamp), c_gend[q].eq(Mux(end < b, end, b)), c_pix[q].eq(0),
+                                 c_oy[q].eq(0), c_ox[q].eq(0), c_iy[q].eq(-f["ph"]), c_ix[q].eq(-f["pw"]),
+                                 c_off[q].eq(f["origin"]), c_sbase[q].eq(nsrc),
+                                 nsamp.eq(end), nsrc.eq(nsrc + br_src), q.eq(q + 1)]
+                    with m.If(q + 1 == gp):
+                        m.next = "BLOCK"
+                if self.buffer:           # the pass's first block goes to the fill walker, group by group
+                    fb = fill_w
+                    m.d.comb += [fb.half.eq(sb), fb.sample.eq(nsamp), fb.iy.eq(-f["ph"]), fb.sbase.eq(nsrc),
+                                 fb.t.eq(Mux(big_sel != 0, s_sel + 1, s_sel)), fb.gend.eq(Mux(end < b, end, b)),
+                                 fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp),
+                                 fill_fifo.w_en.eq(self.buffered & fill_fifo.w_rdy)]
+                    with m.If(~self.buffered | fill_fifo.w_rdy):
+                        group_cursors()
+                else:
+                    group_cursors()
             def load_group(qv, taps=None, rem_v=nl) -> None:
                 """Start walking group qv's rows from its block-start cursor (same cycle, no bubble);
                 `taps`: the step's first tap state (ky, kx, lit, off, rlit), where the step starts."""
@@ -261,13 +314,13 @@ class SeqFetcher(wiring.Component):
                     m.d.sync += [t.eq(t_blk), p0.eq(0), wrow.eq(f["weight_base"] + 2 * col0)]
                     m.d.sync += [reg.eq(v) for reg, v in zip((s_ky, s_kx, s_lit, s_off, s_rlit), taps0)]
                     # the block's first step starts at once where the fetcher may run ahead
-                    with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                    with m.If(may_start):
                         m.d.comb += step_w.t.eq(t_blk)
                         start_step(f["P"], taps0)
                     with m.Else():
                         m.next = "STEP"
             with m.State("STEP"):
-                with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                with m.If(may_start):
                     start_step(f["P"] - p0, (s_ky, s_kx, s_lit, s_off, s_rlit))
             with m.State("INPUT"):
                 row_last = Mux(row_end, t_rlit == rem, Mux(tap_end, t_lit == rem, 1))
@@ -277,7 +330,21 @@ class SeqFetcher(wiring.Component):
                 # next step starts only once the weight walker is idle, and a block's last row waits
                 # for it, since what follows the block changes what the weight walker reads (a
                 # condition on registers only: the timing proxy's budget)
-                m.d.comb += [self.in_cmd.valid.eq(~(last & (j + 1 == t) & (q + 1 == gp)) | w_idle),
+                in_valid = ~(last & (j + 1 == t) & (q + 1 == gp)) | w_idle
+                if self.buffer:
+                    # as the block's first step ends each group's rows, the next block's group goes to the
+                    # fill walker: its cursor (nc_sig) is that group's first pixel of the next block
+                    push = self.buffered & row_last & (j + 1 == t) & first & more_blocks
+                    fb = fill_w
+                    m.d.comb += [fb.half.eq(~sb), fb.sample.eq(nc_sig["sample"]), fb.oy.eq(nc_sig["oy"]),
+                                 fb.ox.eq(nc_sig["ox"]), fb.iy.eq(nc_sig["iy"]), fb.sbase.eq(nc_sig["sbase"]),
+                                 fb.t.eq(next_t), fb.gend.eq(w_gend),
+                                 fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp),
+                                 fill_fifo.w_en.eq(accepted & push),
+                                 self.in_ctx.half.eq(sb), self.in_ctx.sample.eq(w_sample),
+                                 self.in_ctx.last.eq(last & step_done)]
+                    in_valid = in_valid & (~push | fill_fifo.w_rdy)
+                m.d.comb += [self.in_cmd.valid.eq(in_valid),
                              icmd.addr.eq(w_sbase + w_off + t_off),
                              icmd.nwords.eq(run), icmd.zero.eq(~(inside & row_ok)),
                              itag.kind.eq(KIND_INPUT), itag.q.eq(q), itag.idx.eq(j), itag.lane.eq(lane),
@@ -324,7 +391,7 @@ class SeqFetcher(wiring.Component):
                                 with m.Else():
                                     # the next step of the block: start it at once when the fetcher
                                     # may run ahead, so its first weight read follows this read directly
-                                    with m.If(ahead_ok & step_fifo.w_rdy & w_idle):
+                                    with m.If(may_start):
                                         start_step(f["P"] - (p0 + TPk), nxt)
                                     with m.Else():
                                         m.next = "STEP"

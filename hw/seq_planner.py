@@ -16,12 +16,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
-from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
+from fluidnpu.hw.descriptor import BUFFER_LAYOUT, DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
 from fluidnpu.hw.divider import SeqDivider
 from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_entry_bits, k_dims,
                                 supported_k_codes)
-from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, desc_chunk_layout, plan_layout, read_cmd_layout,
-                                     register_ports, store_control_params)
+from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, buffer_desc_layout, desc_chunk_layout,
+                                     plan_layout, read_cmd_layout, register_ports, store_control_params)
 
 
 class SeqPlanner(wiring.Component):
@@ -30,14 +30,18 @@ class SeqPlanner(wiring.Component):
     Ports: the register block's (`start` .. `dma_stall`), the core's layer configuration
     (`cfg_*`), `desc_cmd` (stream of descriptor read commands), `desc_rsp` (the descriptor
     words, always taken), `plan` (the current layer's plan, `plan_layout`), `go` (one cycle:
-    run the layer) and `drained` (the other machines and the DMA are idle).
+    run the layer) and `drained` (the other machines and the DMA are idle). With `buffer` (an NPU
+    built with the block input buffer) also `buf_desc` (the descriptor's buffer fields) and
+    `buf_overflow` (a block did not fit the buffer: latched like a DMA error).
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
-                 stackable: bool = True) -> None:
+                 stackable: bool = True, buffer: bool = False) -> None:
         store_control_params(self, TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, layers=layers, nmax=nmax,
                              stackable=stackable)
+        self.buffer = buffer
         super().__init__({
+            **({"buf_desc": Out(buffer_desc_layout()), "buf_overflow": In(1)} if buffer else {}),
             **register_ports(bmax, layers), "mac_active": In(1),
             "rd_error": In(1), "wr_error": In(1),
             "cfg_k": Out(2), "cfg_cw": Out(range(2 * TC + 1)), "cfg_shift": Out(5), "cfg_relu": Out(1),
@@ -64,6 +68,9 @@ class SeqPlanner(wiring.Component):
             v = words[word][lsb:lsb + width]
             f[name] = v.as_signed() if is_signed else v
             m.d.comb += self.plan.desc[name].eq(v)
+        if self.buffer:
+            for name, word, lsb, width, _signed in BUFFER_LAYOUT:
+                m.d.comb += self.buf_desc[name].eq(words[word][lsb:lsb + width])
 
         # ---------------- per-layer plan ----------------
         b = Signal(b_bits)
@@ -264,6 +271,9 @@ class SeqPlanner(wiring.Component):
         # DMA errors are latched and reported when the layer has drained.
         with m.If((self.rd_error | self.wr_error) & (err_latched == 0) & self.busy):
             m.d.sync += err_latched.eq(Mux(self.rd_error, ErrorCode.AXI_READ, ErrorCode.AXI_WRITE))
+        if self.buffer:
+            with m.If(self.buf_overflow & ~self.rd_error & ~self.wr_error & (err_latched == 0) & self.busy):
+                m.d.sync += err_latched.eq(ErrorCode.BUFFER_OVERFLOW)
 
         # the descriptor's words, as the loader hands them over
         with m.If(self.desc_rsp.valid):

@@ -14,7 +14,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
-from fluidnpu.hw.descriptor import DESC_WORDS, LAYOUT
+from fluidnpu.hw.descriptor import BUFFER_LAYOUT, DESC_WORDS, LAYOUT
 from fluidnpu.hw.regmap import ROW_BITS, fbcb_entry_bits
 
 KIND_DESC, KIND_WEIGHT, KIND_BIAS, KIND_INPUT = 0, 1, 2, 3   # what a DMA read brings back
@@ -75,6 +75,12 @@ def desc_fields_layout() -> data.StructLayout:
     """The decoded layer descriptor (hw/descriptor.py's LAYOUT), field by field."""
     return data.StructLayout({name: signed(width) if is_signed else unsigned(width)
                               for name, _word, _lsb, width, is_signed in LAYOUT})
+
+
+def buffer_desc_layout() -> data.StructLayout:
+    """The descriptor's block-input-buffer fields (hw/descriptor.py's BUFFER_LAYOUT), decoded only by
+    an NPU built with the buffer."""
+    return data.StructLayout({name: unsigned(width) for name, _word, _lsb, width, _signed in BUFFER_LAYOUT})
 
 
 def step_layout(TR: int) -> data.StructLayout:

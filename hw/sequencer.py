@@ -33,6 +33,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
+from fluidnpu.hw.buffered_input import BufferedInput
 from fluidnpu.hw.engine_core import buffer_write_signatures, step_signature
 from fluidnpu.hw.regmap import fbcb_entry_bits
 from fluidnpu.hw.seq_fetcher import SeqFetcher
@@ -54,9 +55,10 @@ class Sequencer(wiring.Component):
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
-                 stackable: bool = True) -> None:
+                 stackable: bool = True, input_buffer: int = 0) -> None:
         store_control_params(self, TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, layers=layers, nmax=nmax,
                              stackable=stackable)
+        self.input_buffer = input_buffer        # words a half of the block input buffer; 0: none
         super().__init__({
             # registers
             **register_ports(bmax, layers),
@@ -86,9 +88,10 @@ class Sequencer(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         TR, TP, TC, NB, bmax, nmax = self.TR, self.TP, self.TC, self.NB, self.bmax, self.nmax
+        buffer = self.input_buffer > 0
         m.submodules.planner = planner = SeqPlanner(TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, layers=self.layers,
-                                                    nmax=nmax, stackable=self.stackable)
-        m.submodules.fetcher = fetcher = SeqFetcher(TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, nmax=nmax)
+                                                    nmax=nmax, stackable=self.stackable, buffer=buffer)
+        m.submodules.fetcher = fetcher = SeqFetcher(TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, nmax=nmax, buffer=buffer)
         m.submodules.loader = loader = SeqLoader(TR=TR, TP=TP, TC=TC, NB=NB, nmax=nmax)
         m.submodules.writer = writer = SeqWriter(TR=TR, TP=TP, TC=TC, NB=NB, bmax=bmax, nmax=nmax)
 
@@ -126,7 +129,28 @@ class Sequencer(wiring.Component):
                      rd_pair.i0.valid.eq(desc | fetcher.rd_cmd.valid),
                      planner.desc_cmd.ready.eq(rd_pair.i0.ready),
                      fetcher.rd_cmd.ready.eq(rd_pair.i0.ready & ~desc)]
-        wiring.connect(m, fetcher.in_cmd, rd_pair.i1)
+        if buffer:
+            m.submodules.buffered = bi = BufferedInput(TR=TR, TP=TP, bmax=bmax, nmax=nmax, depth=self.input_buffer,
+                                                       tag=self.tag)
+            on = planner.buf_desc.buffered        # the layer's input runs go to the buffer, its fills to the DMA
+            d = planner.plan.desc
+            g = bi.geom
+            m.d.comb += [fetcher.buffered.eq(on), fetcher.fill_issued.eq(bi.fill_issued),
+                         planner.buf_overflow.eq(bi.overflow),
+                         g.out_w.eq(d.out_w), g.out_h.eq(d.out_h), g.in_h.eq(d.in_h), g.sh.eq(d.sh),
+                         g.span.eq(d.kh - 1), g.iy_top.eq(-d.ph), g.row_words.eq(planner.buf_desc.in_row_words),
+                         g.sample_bytes.eq(d.src_sample_stride)]
+            wiring.connect(m, fetcher.fill_block, bi.block)
+            run = bi.run.payload
+            m.d.comb += [run.cmd.eq(fetcher.in_cmd.payload), run.half.eq(fetcher.in_ctx.half),
+                         run.sample.eq(fetcher.in_ctx.sample), run.last.eq(fetcher.in_ctx.last),
+                         bi.run.valid.eq(on & fetcher.in_cmd.valid),
+                         rd_pair.i1.valid.eq(Mux(on, bi.rd.valid, fetcher.in_cmd.valid)),
+                         rd_pair.i1.payload.eq(Mux(on, bi.rd.payload, fetcher.in_cmd.payload)),
+                         bi.rd.ready.eq(on & rd_pair.i1.ready),
+                         fetcher.in_cmd.ready.eq(Mux(on, bi.run.ready, rd_pair.i1.ready))]
+        else:
+            wiring.connect(m, fetcher.in_cmd, rd_pair.i1)
         cmd = rd_pair.o0.payload
         m.d.comb += [self.rd_cmd_valid.eq(rd_pair.o0.valid), rd_pair.o0.ready.eq(self.rd_cmd_ready),
                      self.rd_cmd_addr.eq(cmd.addr), self.rd_cmd_nwords.eq(cmd.nwords),
@@ -147,7 +171,14 @@ class Sequencer(wiring.Component):
         m.d.comb += [in_rsp_slice.i.valid.eq(self.in_rsp_valid), self.in_rsp_ready.eq(in_rsp_slice.i.ready),
                      in_rsp_slice.i.payload.data.eq(self.in_rsp_data),
                      in_rsp_slice.i.payload.tag.eq(self.in_rsp_tag)]
-        wiring.connect(m, in_rsp_slice.o, loader.in_rsp)
+        if buffer:     # a buffered layer's DMA input responses are fills, the loader's input the buffer's answers
+            m.d.comb += [bi.rd_rsp.valid.eq(on & in_rsp_slice.o.valid), bi.rd_rsp.payload.eq(in_rsp_slice.o.payload),
+                         loader.in_rsp.valid.eq(Mux(on, bi.rsp.valid, in_rsp_slice.o.valid)),
+                         loader.in_rsp.payload.eq(Mux(on, bi.rsp.payload, in_rsp_slice.o.payload)),
+                         in_rsp_slice.o.ready.eq(Mux(on, bi.rd_rsp.ready, loader.in_rsp.ready)),
+                         bi.rsp.ready.eq(on & loader.in_rsp.ready)]
+        else:
+            wiring.connect(m, in_rsp_slice.o, loader.in_rsp)
         # the loader fills the core's buffers and hands it the steps
         for ours, theirs in ((self.in_wr, loader.in_wr), (self.w_wr, loader.w_wr), (self.b_wr, loader.b_wr),
                              (self.step, loader.core_step)):
@@ -167,12 +198,15 @@ class Sequencer(wiring.Component):
         # (counted at the slices' far ends, so a command or response held in a slice counts as in flight)
         # (one count a stream: each moves by one a cycle at most, a shorter path than one count of both)
         rd_out = [Signal(range(64), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet consumed
-        for cnt, i, rsp in ((rd_out[0], rd_pair.i0, loader.rd_rsp), (rd_out[1], rd_pair.i1, loader.in_rsp)):
+        in_done = in_rsp_slice.o if buffer else loader.in_rsp    # the DMA's input responses, whoever takes them
+        for cnt, i, rsp in ((rd_out[0], rd_pair.i0, loader.rd_rsp), (rd_out[1], rd_pair.i1, in_done)):
             m.d.sync += cnt.eq(cnt + (i.valid & i.ready) - (rsp.valid & rsp.ready))
         # registered (the planner's state logic then starts at a register: +1 cycle a layer), and
         # cleared by `go`, so the cycle after it never sees the idle machines of before the layer
         drained = Signal()
-        m.d.sync += drained.eq(fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
-                               & (rd_out[0] == 0) & (rd_out[1] == 0) & ~planner.go)
+        idle = fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
+        if buffer:
+            idle = idle & ~bi.busy
+        m.d.sync += drained.eq(idle & (rd_out[0] == 0) & (rd_out[1] == 0) & ~planner.go)
         m.d.comb += planner.drained.eq(drained)
         return m

@@ -37,6 +37,7 @@ class RunResult:
     status: int
     counters: dict[str, int]
     cycles: int                     # START to DONE as seen by the testbench
+    read_beats: int = 0             # AXI read data beats of the run, all ports
 
 
 def _mem_size(n: int) -> int:
@@ -171,8 +172,10 @@ def run_cases(params: NpuParams, cases: list[Case], *, timing: SlaveTiming | Seq
         driver = NpuDriver(dev, params, load=False)
         results = []
         for case in cases:
+            beats = sum(len(p.stats.r_cycles) for p in ports)
             run = drive_case(driver, case, dev.window, timeout_s=max_cycles / dev.clock_hz)
-            results.append(RunResult(run.pop("outputs"), run.pop("status"), run, dev.last_wait_cycles))
+            results.append(RunResult(run.pop("outputs"), run.pop("status"), run, dev.last_wait_cycles,
+                                     sum(len(p.stats.r_cycles) for p in ports) - beats))
         return results
 
     sim = Simulator(dut)

@@ -6,7 +6,7 @@ generated Verilog draw their cases here, so the two check the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 import random
 
@@ -75,12 +75,15 @@ def random_modes(rng: random.Random, n: int, b: int, TR: int, TP: int, TC: int) 
 
 def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlayers: int = 2,
               b: int | None = None, in_shape: tuple[int, int, int] | None = None,
-              modes: list[tuple[int, int]] | None = None, max_c: int = 12) -> Case:
-    """A random chain of layers (the last may be FC) and random inputs."""
+              modes: list[tuple[int, int]] | None = None, max_c: int = 12, buffered: bool = False) -> Case:
+    """A random chain of layers (the last may be FC) and random inputs; `buffered`: every layer's
+    descriptor asks for the block input buffer."""
     shape = in_shape or (rng.randint(1, 6), rng.randint(1, 6), rng.randint(1, 9))
     geos = []
     for i in range(nlayers):
         g = random_geometry(rng, i, shape, max_c=max_c, fc=(i == nlayers - 1 and rng.random() < 0.3))
+        if buffered:
+            g = replace(g, buffered=True)
         geos.append(g)
         shape = (g.out_h, g.out_w, g.cout)
     layers = [random_layer(rng, g) for g in geos]

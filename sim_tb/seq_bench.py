@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fluidnpu.hw.descriptor import LayerDescriptor
+from fluidnpu.hw.descriptor import LAYOUT, LayerDescriptor
 from fluidnpu.hw.regmap import k_dims
 
 
@@ -19,6 +19,9 @@ def _blocks(rows: int, tre: int) -> dict[str, int]:
     n = -(-rows // tre)
     s, big = divmod(rows, n)
     return {"n": n, "s": s, "big": big}
+
+
+_PLAN_FIELDS = {name for name, *_ in LAYOUT}     # the plan's descriptor: not the buffer's fields
 
 
 def plan_values(desc: LayerDescriptor, *, TR: int, TP: int, TC: int, NB: int, b: int, BR: int,
@@ -33,7 +36,7 @@ def plan_values(desc: LayerDescriptor, *, TR: int, TP: int, TC: int, NB: int, b:
     rows_f = BR * R
     rows_l = (b - (BP - 1) * BR) * R if gl == 1 else rows_f
     return {
-        "desc": desc.fields_packed(), "b": b, "BR": BR, "BP": BP, "nPE": nPE, "TPk": TPk, "g": g, "gl": gl,
+        "desc": {name: v for name, v in desc.fields_packed().items() if name in _PLAN_FIELDS}, "b": b, "BR": BR, "BP": BP, "nPE": nPE, "TPk": TPk, "g": g, "gl": gl,
         "cw": C if packed else nPE, "br_src": BR * desc.src_sample_stride, "br_dst": BR * desc.dst_sample_stride,
         "full": _blocks(rows_f, TRk // g), "last": _blocks(rows_l, TRk // gl),
     }
