@@ -3,7 +3,8 @@
 Off-chip memory is cocotbext-axi's `AxiRam` on each `m_axi<i>` (one memory), the registers are
 driven by its `AxiLiteMaster` on `s_axi` through the host driver's `NpuDriver` (the `TB` harness,
 sim_tb/cocotb_tb.py). Every AXI channel gets random pauses. Parameters arrive as JSON in FLUIDNPU_NPU_TB (engine shape, seed,
-number of cases); per-run counters are written to FLUIDNPU_NPU_TB_OUT so the
+number of cases; `input_buffer` and `buffered`: an NPU with the block input buffer, random subnets with every
+layer buffered); per-run counters are written to FLUIDNPU_NPU_TB_OUT so the
 pytest side can compare them with the performance model.
 """
 
@@ -28,7 +29,7 @@ def _cfg() -> dict:
 
 def _params(cfg: dict) -> NpuParams:
     return NpuParams(TR=cfg["TR"], TP=cfg["TP"], TC=cfg["TC"], bmax=cfg["bmax"], layers=cfg["layers"],
-                     axi_dw=cfg.get("axi_dw", 64))
+                     axi_dw=cfg.get("axi_dw", 64), input_buffer=cfg.get("input_buffer", 0))
 
 
 def _record(rows: list[dict]) -> None:
@@ -52,7 +53,7 @@ async def random_subnets_back_to_back(dut):
     rng = random.Random(cfg["seed"])
     rows = []
     for _ in range(cfg["cases"]):
-        case = tb.case(rng, nlayers=rng.randint(1, min(3, cfg["layers"])))
+        case = tb.case(rng, nlayers=rng.randint(1, min(3, cfg["layers"])), buffered=cfg.get("buffered", False))
         result = await tb.run(case)
         assert result["status"] & 0b110 == 0b010, f"status {result['status']:#x}"
         rows.append(_case_row(cfg, case, result, "random"))
