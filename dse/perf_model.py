@@ -35,7 +35,8 @@ from typing import NamedTuple, Union
 
 import numpy as np
 
-from fluidnpu.hw.regmap import K_CODES, ROW_BITS, KCode, k_dims, mode_depth, nmax
+from fluidnpu.hw.regmap import (BUFFER_LANES, K_CODES, ROW_BITS, KCode, buffer_banks, fill_chunk, k_dims,
+                                mode_depth, nmax)
 
 ArrayLike = Union[int, float, np.ndarray]
 
@@ -221,6 +222,45 @@ class Bus:
                    -(-n // self.n_ports) * one)
 
 
+FILL_PIPELINE = 6   # cycles from a block's last fill response to its first run answered (hw/buffered_input.py)
+
+
+@dataclass(frozen=True)
+class FillShape:
+    """A buffered layer's input as the block input buffer's fill walker reads it (hw/fill_walker.py):
+    for each sample a block reaches, the input rows its output rows' windows cover, whole rows of
+    `row_words` words (in_w x pixel pitch), in reads of up to `chunk` words. Priced at a block's
+    average alignment: t consecutive output pixels touch (t + out_w - 1) / out_w output rows."""
+
+    out_w: np.ndarray
+    out_h: np.ndarray
+    in_h: np.ndarray
+    sh: np.ndarray
+    kh: np.ndarray
+    row_words: np.ndarray
+    chunk: int
+
+    def rows(self, t: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """(output rows, input rows) a block of t rows (output pixels) of one group touches; a block
+        longer than a sample reads its samples' whole inputs and a partial window row at each end."""
+        t = np.asarray(t, dtype=float)
+        npix = self.out_w * self.out_h
+        rows_out = (t + self.out_w - 1) / self.out_w
+        within = np.minimum((rows_out - 1) * self.sh + self.kh, self.in_h)
+        across = t / npix * self.in_h + np.maximum(self.kh - self.sh, 0)
+        return rows_out, np.where(t <= npix, within, across)
+
+    def words(self, t: ArrayLike) -> np.ndarray:
+        """Words a block of t rows of one group fills."""
+        return self.rows(t)[1] * self.row_words
+
+    def walk(self, t: ArrayLike) -> np.ndarray:
+        """The fill walker's cycles before its first read of a block of one group: an output row a
+        cycle, an input row a cycle, its SPAN and REGION states."""
+        rows_out, rows_in = self.rows(t)
+        return rows_out + rows_in + 2
+
+
 @dataclass(frozen=True)
 class LayerCosts:
     """Per-layer terms of the block cost, broadcast over designs and layers."""
@@ -245,6 +285,22 @@ class LayerCosts:
     row_excess: ArrayLike = 0.0   # cycles of one input row over all steps by which its step's rows, each
                                   # paced by its own commands or beats, outlast the step's sums
                                   # (`im2col_row_reads`; in the DSE `row_excess_estimate`)
+    fill: FillShape | None = None  # buffered (hw/buffered_input.py): the input runs are answered from
+                                   # chip memory, and each block's input is filled a block ahead
+
+    def fill_cycles(self, t: ArrayLike, groups: ArrayLike) -> np.ndarray:
+        """Cycles on the ports of a block's fill (t rows in each of `groups` groups)."""
+        f = self.fill
+        assert f is not None
+        words = f.words(t) * np.asarray(groups)
+        return self.bus.stream(self.bus.beats(words, np.ceil(words / f.chunk)), np.ceil(words / f.chunk))
+
+    def first_fill(self, t: ArrayLike, groups: ArrayLike) -> np.ndarray:
+        """A pass's first block waits for its own fill: the walker, the reads, a round trip, the pipeline."""
+        f = self.fill
+        assert f is not None
+        return (f.walk(t) * np.asarray(groups) + self.fill_cycles(t, groups) + self.timing.dma_latency
+                + FILL_PIPELINE)
 
     @property
     def first_extra(self) -> np.ndarray:
@@ -440,7 +496,7 @@ class LayerCosts:
         if self.bus.walkers == 1:
             return np.maximum(w_cmds + in_cmds, beats)
         cc = self.bus.command_cycles
-        if self.bus.n_ports > 1:
+        if self.bus.n_ports > 1 or self.fill is not None:   # buffered runs go to the buffer, not the DMA
             return np.maximum(np.maximum(w_cmds + (0 if handover else steps * cc), in_cmds), beats)
         walk = np.maximum(np.maximum(w_cmds + steps * cc, in_cmds), beats)
         both = np.asarray(w_cmds) + in_cmds
@@ -510,6 +566,9 @@ class LayerCosts:
             fixed = fixed + tg * self._excess
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
+        if self.fill is not None:
+            # the next block's fill (taken as this block's size) shares the ports with this block's steps
+            beats = beats + self.fill_cycles(t, groups)
         split = self._split_terms
         if split is None:
             return fixed, [(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p)]
@@ -842,7 +901,7 @@ class ModeCosts:
 
 def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: ArrayLike, k_code: int,
                bus: Bus, timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, inside: ArrayLike = 1.0,
-               geometry=None, kw: ArrayLike = 1, edge: ArrayLike = 0.0) -> ModeCosts:
+               geometry=None, kw: ArrayLike = 1, edge: ArrayLike = 0.0, fill: FillShape | None = None) -> ModeCosts:
     """The TR- and batch-free part of `layer_cycles` (see there for the arguments)."""
     _, TPk, TCk = mode_dims(1, TP, TC, k_code)
     exists = (TPk >= 1) & (TCk >= 1)
@@ -855,6 +914,11 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
             raise ValueError("exact input reads (geometry=) price one design at a time")
         reads = im2col_row_reads(geometry, int(TPk), bus)
         costs = replace(costs, **reads._asdict() | {"in_row": np.asarray(reads.in_row)})
+    if fill is not None:
+        # the input runs are answered by the buffer, one a cycle: commands, no beats on the ports
+        runs = np.asarray(costs.in_runs, dtype=float)
+        costs = replace(costs, in_beats=np.zeros_like(runs), first_beats=0.0, split_beats=0.0, row_excess=0.0,
+                        in_row=runs * bus.command_cycles, fill=fill)
     nct = _ceil_div(C, TCk)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)
@@ -1010,7 +1074,16 @@ def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
 
 def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     # the first pass's set-up is in the prologue
-    return setup.mode.costs.prologue(rb.t0_first, setup.first, np.where(setup.npass == 1, setup.h, setup.g))
+    costs = setup.mode.costs
+    groups = np.where(setup.npass == 1, setup.h, setup.g)
+    pro = costs.prologue(rb.t0_first, setup.first, groups)
+    if costs.fill is None:
+        return pro
+    # buffered: the layer's first step also waits for its block's fill; every later pass (of every column
+    # tile) pushes its first block's fill as it starts, behind the two steps the core still has
+    fill = costs.first_fill(rb.t0_first, groups)
+    later = setup.mode.nct * setup.npass - 1
+    return np.maximum(pro, fill + costs.timing.block_overhead) + later * np.maximum(0.0, fill - 2 * rb.t0_first)
 
 
 def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
@@ -1072,7 +1145,7 @@ def layer_cycles(
     R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike,
     b: int, BR: int, k_code: int, bytes_per_cycle: float,
     timing: EngineTiming = DEFAULT_TIMING, taps: ArrayLike = 1, port_bytes: float | None = None,
-    inside: ArrayLike = 1.0, geometry=None, ports: int = 0, banks: int | None = None,
+    inside: ArrayLike = 1.0, geometry=None, ports: int = 0, banks: int | None = None, fill: FillShape | None = None,
 ) -> np.ndarray:
     """Cycles to run one layer (all G convolution groups) for b samples.
 
@@ -1082,7 +1155,8 @@ def layer_cycles(
     `inside` = `im2col_inside` of a padded convolution; `geometry` (a layer
     descriptor, scalar design only): price the input reads exactly
     (`im2col_row_reads`) instead of at their average alignment; `banks`: the
-    engine's input banks NB (None: as many as groups).
+    engine's input banks NB (None: as many as groups); `fill`: the layer is buffered (its input read
+    into the block input buffer a block ahead, `FillShape`).
     Returns float cycles (np.inf where the mode does not exist on the design,
     e.g. k=1/2 with TP=1). Broadcasts over all array arguments. The steps
     (`mode_costs`, `layer_setup`, `layer_parts`) are public so that the DSE
@@ -1091,7 +1165,7 @@ def layer_cycles(
     if not 1 <= BR <= b:
         raise ValueError(f"BR must be in [1, b]: BR={BR}, b={b}")
     bus = Bus.of(bytes_per_cycle, port_bytes, timing.word_bytes, ports)
-    mode = mode_costs(TP, TC, R, P, C, k_code, bus, timing, taps, inside, geometry)
+    mode = mode_costs(TP, TC, R, P, C, k_code, bus, timing, taps, inside, geometry, fill=fill)
     setup = layer_setup(mode, R, G, b, BR, banks)
     return layer_parts(setup, TR).cycles(setup)
 
@@ -1102,12 +1176,22 @@ def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometr
     """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
     out_w, kh, kw, sh, sw, ph, pw) on an engine with `ports` AXI ports of `bytes_per_cycle` each: how
     the RTL agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their
-    actual alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes."""
+    actual alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes.
+    A geometry whose `buffered` is true is priced as an NPU with the block input buffer runs it."""
     g = geometry
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
+    fill = fill_shape(g, TP, TC) if getattr(g, "buffered", False) else None
     return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, ports * bytes_per_cycle, timing,
                             taps=g.kh * g.kw, port_bytes=bytes_per_cycle, inside=inside,
-                            geometry=g if exact else None, ports=ports, banks=banks))
+                            geometry=g if exact else None, ports=ports, banks=banks, fill=fill))
+
+
+def fill_shape(geometry, TP: int, TC: int) -> FillShape:
+    """The fill of a buffered layer given as a layer descriptor's geometry, on an engine of <TP, TC>."""
+    g = geometry
+    return FillShape(*(np.asarray(v) for v in (g.out_w, g.out_h, g.in_h, g.sh, g.kh,
+                                               g.in_w * getattr(g, "in_pitch", g.cin))),
+                     chunk=fill_chunk(int(nmax(TP, TC)), buffer_banks(TP) * BUFFER_LANES))
 
 
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:

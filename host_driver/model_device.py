@@ -314,7 +314,7 @@ class ModelDevice(Device):
     def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
         """dse/perf_model.py's cycles for this descriptor's layer (the build's m_axi ports and width),
         cached: a serving run prices the same few (layer, b, BR, k) over and over."""
-        key = (tuple(f[n] for n in _GEOMETRY_FIELDS), b, br, k)
+        key = (tuple(f[n] for n in _GEOMETRY_FIELDS), f.get("buffered", 0), b, br, k)
         cycles = self._cycle_cache.get(key)
         if cycles is None:
             from types import SimpleNamespace
@@ -322,7 +322,10 @@ class ModelDevice(Device):
             from fluidnpu.dse.perf_model import descriptor_cycles
 
             p = self.params
-            geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS})
+            # an NPU built without the block input buffer runs a buffered layer from DDR
+            buffered = bool(f.get("buffered")) and p.input_buffer > 0
+            geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS}, buffered=buffered,
+                                       in_pitch=f["in_row_words"] // f["in_w"] if buffered else f["cin"])
             cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing,
                                        ports=p.axi_ports, banks=p.banks)
             self._cycle_cache[key] = cycles

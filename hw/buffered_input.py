@@ -36,6 +36,7 @@ from fluidnpu.hw.seq_streams import ADDR, read_cmd_layout, read_rsp_layout
 from fluidnpu.hw.stream_slice import StreamSlice
 
 FILLS_IN_FLIGHT = 16        # fill reads the DMA may hold: the pairing FIFO's depth
+FILLS_BEHIND = 4            # ... while the other half is full: the fill runs behind a block's steps
 
 
 def buffered_run_layout(tag: data.StructLayout, nmax: int, bmax: int) -> data.StructLayout:
@@ -82,12 +83,20 @@ class BufferedInput(wiring.Component):
         m.submodules.pairing = pairing = fifo.SyncFIFOBuffered(width=pending.size, depth=FILLS_IN_FLIGHT)
         c = walker.cmd.payload
         marker = c.nwords == 0
+        # a fill behind a block the core is running (the other half is full) keeps a few reads in flight,
+        # so that they share the ports with that block's weight reads rather than hold them back in a
+        # burst; a fill nothing waits behind (a pass's first block) goes at full speed
+        behind = buf.full.bit_select(~c.half, 1)
+        room = Signal()
+        under = Signal()
+        m.d.sync += under.eq(pairing.level + 1 < Mux(behind, FILLS_BEHIND, FILLS_IN_FLIGHT))
+        m.d.comb += room.eq(under & pairing.w_rdy)
         item = Signal(pending)
         m.d.comb += [item.offset.eq(c.offset), item.half.eq(c.half), item.last.eq(c.last), item.nwords.eq(c.nwords),
                      pairing.w_data.eq(item),
-                     self.rd.valid.eq(walker.cmd.valid & pairing.w_rdy & ~marker),
+                     self.rd.valid.eq(walker.cmd.valid & room & ~marker),
                      self.rd.payload.addr.eq(c.addr), self.rd.payload.nwords.eq(c.nwords),
-                     walker.cmd.ready.eq(pairing.w_rdy & (marker | self.rd.ready)),
+                     walker.cmd.ready.eq(room & (marker | self.rd.ready)),
                      pairing.w_en.eq(walker.cmd.valid & walker.cmd.ready),
                      self.fill_issued.eq(walker.cmd.valid & walker.cmd.ready & c.last)]
         head = pending(pairing.r_data)

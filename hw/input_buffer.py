@@ -32,18 +32,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-
-def buffer_banks(TP: int, lanes: int) -> int:
-    """Banks a half needs so that a run of up to 2 TP words starting at any word reads each bank at
-    most once: a power of two, at least the rows of `lanes` words such a run can touch."""
-    touched = -(-(2 * TP + lanes - 1) // lanes)
-    return 1 << ceil_log2(touched)
-
-
-def fill_chunk(nmax: int, window: int) -> int:
-    """Words one fill writes: whole windows where NMAX holds one, else the largest power of two up to
-    NMAX, which then lies inside one window (both are powers of two)."""
-    return (nmax // window) * window if nmax >= window else 1 << (nmax.bit_length() - 1)
+from fluidnpu.hw.regmap import BUFFER_LANES, buffer_banks, fill_chunk
 
 
 def fill_layout(depth: int, nmax: int) -> data.StructLayout:
@@ -64,10 +53,11 @@ class InputBuffer(wiring.Component):
     """Two halves of `depth` words each, read as runs of up to 2 TP words; see the module docstring.
 
     Ports: `fill` (stream of `fill_layout`), `cmd` (stream of `run_layout`), `rsp` (stream of
-    the DMA's response layout: the run's words at bits 16 i, zeros above, and the run's tag).
+    the DMA's response layout: the run's words at bits 16 i, zeros above, and the run's tag),
+    `full` (per half: filled and not yet released).
     """
 
-    def __init__(self, *, TP: int, nmax: int, depth: int, tag: data.StructLayout, lanes: int = 4) -> None:
+    def __init__(self, *, TP: int, nmax: int, depth: int, tag: data.StructLayout, lanes: int = BUFFER_LANES) -> None:
         if lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, got {lanes}")
         self.TP, self.nmax, self.lanes = TP, nmax, lanes
@@ -81,6 +71,7 @@ class InputBuffer(wiring.Component):
             "fill": In(stream.Signature(fill_layout(self.depth, nmax))),
             "cmd": In(stream.Signature(run_layout(self.depth, TP, tag))),
             "rsp": Out(stream.Signature(data.StructLayout({"data": 16 * nmax, "tag": tag}))),
+            "full": Out(2),
         })
 
     def elaborate(self, platform) -> Module:
@@ -94,7 +85,7 @@ class InputBuffer(wiring.Component):
             m.submodules[f"bank{k}"] = mem
             banks.append((mem.write_port(granularity=16), mem.read_port()))
 
-        full = Signal(2)                  # the half is filled and not yet released
+        full = self.full                  # the half is filled and not yet released
 
         # fills: one window of W words a cycle, each bank one row of L words
         f = self.fill.payload

@@ -96,6 +96,24 @@ def nmax(TP: Any, TC: Any) -> Any:
     return _maximum(_maximum(2 * TP, 2 * TC), NMAX_MIN)
 
 
+BUFFER_LANES = 4           # 16-bit words in a row of one bank of the block input buffer (hw/input_buffer.py)
+
+
+def buffer_banks(TP: int, lanes: int = BUFFER_LANES) -> int:
+    """Banks a half of the block input buffer needs so that a run of up to 2 TP words starting at any
+    word reads each bank at most once: a power of two, at least the rows of `lanes` words such a run
+    can touch."""
+    touched = -(-(2 * TP + lanes - 1) // lanes)
+    return 1 << (touched - 1).bit_length()
+
+
+def fill_chunk(nmax: int, window: int) -> int:
+    """Words one fill of the block input buffer writes (a window is its banks x lanes words): whole
+    windows where NMAX holds one, else the largest power of two up to NMAX, which then lies inside one
+    window (both are powers of two)."""
+    return (nmax // window) * window if nmax >= window else 1 << (nmax.bit_length() - 1)
+
+
 # Lanes per DSP cascade chain of a PE (hw/mac_tree.py). Longer chains leave fewer fabric adders but
 # skew more operand bits into flip-flops (lane r of a chain is delayed r cycles) and lengthen the
 # pipeline; 16 makes every PE up to TP = 32 one chain a half (only the root adder in the fabric), at a

@@ -9,7 +9,8 @@ simulated NPU and lines the two up (docs/rtl-agreement.md).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming, descriptor_cycles
 from fluidnpu.hw.regmap import NpuParams
@@ -34,14 +35,16 @@ AGREEMENT_CONFIGS: tuple[NpuParams, ...] = (
 
 def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
                        timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1,
-                       banks: int | None = None) -> list[int]:
+                       banks: int | None = None, input_buffer: bool = False) -> list[int]:
     """The model's cycles for each layer of `case` at its batch and <BR, k> (`ports` AXI ports,
-    `banks` input banks).
+    `banks` input banks, `input_buffer`: the NPU has the block input buffer, so its buffered layers
+    are priced as such; without it they run from DDR).
 
     `exact`: price the input reads from the descriptor's geometry (their actual
     alignments); False: at their average alignment, as the DSE does."""
-    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact, ports,
-                               banks)
+    return [descriptor_cycles(TR, TP, TC, data_width / 8,
+                              lp.geometry if input_buffer else replace(lp.geometry, buffered=False),
+                              case.b, br, k, timing, exact, ports, banks)
             for lp, (br, k) in zip(case.layers, case.modes)]
 
 
@@ -91,22 +94,24 @@ COMPUTE_BOUND_WIDTHS = (64, 128, 256)
 COMPUTE_BOUND_PORTS = (2, 4)            # of 64 bits: ZC706's HP ports
 
 
-def one_layer_case(geometry: dict, bmax: int, seed: int = 0) -> Case:
-    """One sample through one layer of the given geometry (LayerDescriptor fields), random weights
-    and input, at <BR, k> = <1, 1>, with hw/reference's expected output."""
+def one_layer_case(geometry: dict, bmax: int, seed: int = 0, b: int = 1, mode: tuple[int, int] = (1, 0),
+                   buffered: bool = False) -> Case:
+    """b samples (one by default) through one layer of the given geometry (LayerDescriptor fields), random
+    weights and input, at <BR, k_code> = `mode` (<1, 1> by default), `buffered` or not, with
+    hw/reference's expected output."""
     from fluidnpu.host_driver.memory_plan import plan_subnet
     from fluidnpu.hw.descriptor import LayerDescriptor
     from fluidnpu.hw.reference import layer_reference
     from fluidnpu.sim_tb.npu_cases import random_layer
     import numpy as np
 
-    geo = LayerDescriptor(layer=0, shift=8, **geometry)
+    geo = LayerDescriptor(layer=0, shift=8, buffered=buffered, **geometry)
     lp = random_layer(random.Random(seed), geo)
     image = plan_subnet([lp], bmax)
-    x = np.random.default_rng(seed).integers(-32768, 32768, size=(1, *image.tensors[0].shape),
+    x = np.random.default_rng(seed).integers(-32768, 32768, size=(b, *image.tensors[0].shape),
                                              dtype=np.int64).astype(np.int16)
     image.write_input(x)
-    case = Case(layers=[lp], image=image, b=1, modes=[(1, 0)], x=x)
+    case = Case(layers=[lp], image=image, b=b, modes=[mode], x=x)
     case.expected.append(layer_reference(x, geo, lp.weights, lp.bias))
     return case
 
@@ -160,7 +165,8 @@ def config_name(params: NpuParams) -> str:
 def case_model_cycles(params: NpuParams, case: Case, timing: EngineTiming = DEFAULT_TIMING) -> int:
     """The model's cycles of a one-layer case on the NPU `params` (its own bus, ports and banks)."""
     return int(sum(model_layer_cycles(params.TR, params.TP, params.TC, params.axi_dw, case, timing,
-                                      ports=params.axi_ports, banks=params.banks)))
+                                      ports=params.axi_ports, banks=params.banks,
+                                      input_buffer=params.input_buffer > 0)))
 
 
 def model_mac_share(params: NpuParams, case: Case, timing: EngineTiming = DEFAULT_TIMING) -> float:
@@ -180,14 +186,57 @@ def agreement_rows(params: NpuParams, cases: list[Case], timing: EngineTiming = 
     """Run the cases back to back on the simulated NPU; counters beside the model."""
     from fluidnpu.sim_tb.npu_amaranth import run_cases
 
-    rows = []
-    name = config_name(params)
-    for case, res in zip(cases, run_cases(params, cases)):
-        g = case.layers[0].geometry
-        br, k = case.modes[0]
-        ok = all((o == e).all() for o, e in zip(res.outputs, case.expected)) and res.status & 0b110 == 0b010
-        model = case_model_cycles(params, case, timing)
-        rows.append(AgreementRow(name, case.b, br, k, g.npix, g.P, g.cout, g.kh * g.kw,
-                                 res.counters["CYC_BUSY"], model, res.counters["CYC_MAC"],
-                                 res.counters["CYC_DMA_STALL"], bool(ok)))
-    return rows
+    return [_row(params, case, res, case_model_cycles(params, case, timing))
+            for case, res in zip(cases, run_cases(params, cases))]
+
+
+def _row(params: NpuParams, case: Case, res: Any, model: int) -> AgreementRow:
+    """A one-layer case's run (`npu_amaranth.RunResult`) beside the model's cycles."""
+    g = case.layers[0].geometry
+    br, k = case.modes[0]
+    ok = all((o == e).all() for o, e in zip(res.outputs, case.expected)) and res.status & 0b110 == 0b010
+    return AgreementRow(config_name(params), case.b, br, k, g.npix, g.P, g.cout, g.kh * g.kw,
+                        res.counters["CYC_BUSY"], model, res.counters["CYC_MAC"], res.counters["CYC_DMA_STALL"],
+                        bool(ok))
+
+
+# Buffered layers (hw/buffered_input.py): 3 x 3 convolutions on three engines, each run from DDR and
+# buffered on the same NPU, both beside the model (docs/rtl-agreement.md, "Buffered layers").
+BUFFER_ENGINES: dict[str, NpuParams] = {
+    "small": NpuParams(TR=16, TP=4, TC=4, bmax=4, layers=1, axi_dw=64, input_buffer=2048),
+    "mid": NpuParams(TR=64, TP=4, TC=16, bmax=4, layers=1, axi_dw=64, axi_ports=4, input_buffer=4096),
+    "pick": replace(PICK_ENGINE, TR=64, input_buffer=8192),
+}
+_CONV8 = dict(in_h=8, in_w=8, cin=8, out_h=8, out_w=8, cout=4, kh=3, kw=3, ph=1, pw=1)
+BUFFERED_CASES: tuple[tuple[str, dict, int, tuple[int, int]], ...] = (   # (engine, geometry, b, <BR, k_code>)
+    ("small", _CONV8, 2, (1, 0)),
+    ("small", _CONV8, 3, (2, 0)),
+    ("mid", dict(_CONV8, cin=16, cout=16), 2, (2, 0)),
+    ("mid", dict(in_h=9, in_w=9, cin=16, out_h=4, out_w=4, cout=16, kh=3, kw=3, sh=2, sw=2), 4, (2, 0)),
+    ("pick", PICK_LAYERS["3x3, cin 64 (layer1 conv2)"], 2, (2, 0)),
+    ("pick", PICK_LAYERS["3x3, cin 32, two column tiles"], 1, (1, 0)),
+)
+
+
+def buffered_rows(engines: tuple[str, ...] | None = None) -> list[dict]:
+    """`BUFFERED_CASES` (of all engines, or `engines`): each layer from DDR and buffered, back to back on
+    its NPU; per case the agreement row of each (`AgreementRow` fields) and the AXI read beats."""
+    from dataclasses import asdict
+
+    from fluidnpu.sim_tb.npu_amaranth import run_cases
+
+    out = []
+    for name, params in BUFFER_ENGINES.items():
+        if engines is not None and name not in engines:
+            continue
+        chosen = [(i, c) for i, c in enumerate(BUFFERED_CASES) if c[0] == name]
+        cases = [one_layer_case(geo, params.bmax, seed=i, b=b, mode=mode, buffered=buffered)
+                 for i, (_, geo, b, mode) in chosen for buffered in (False, True)]
+        results = run_cases(params, cases)
+        for j, (i, _) in enumerate(chosen):
+            pair = []
+            for case, res in zip(cases[2 * j:2 * j + 2], results[2 * j:2 * j + 2]):
+                row = _row(params, case, res, case_model_cycles(params, case))
+                pair.append(asdict(row) | {"read_beats": res.read_beats})
+            out.append({"case": i, "engine": name, "ddr": pair[0], "buffered": pair[1]})
+    return out
