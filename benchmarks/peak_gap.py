@@ -30,7 +30,11 @@ share of the board peak with that part removed (an upper bound: the buffer's fil
 `line_buffer` also prices the fill (`buffer_fill_cycles`): each block's input read once from DDR at the
 board's memory rate, hidden behind the previous block where two blocks' buffers fit (double-buffered:
 only the layer's first fill waits), waited for block by block where only one fits -- and, for a
-simpler buffer, waited for block by block everywhere (`single_buffered_board_peak_share`).
+simpler buffer, waited for block by block everywhere (`single_buffered_board_peak_share`). `as_built`:
+the buffer as hw/buffered_input.py builds it (two halves), each window layer whose two halves fit
+buffered where the performance model (`FillShape`, calibrated on the RTL's buffered layers) says it
+is faster, at the layer's own <BR, k>: the share of the board peak, the layers, the halves' RAM36
+(`input_buffer_bram36`: the banks as the RTL builds them and Yosys maps them).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
@@ -52,10 +56,11 @@ from unittest import mock
 import numpy as np
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
-from fluidnpu.dse.resource_model import bram36_for
+from fluidnpu.dse.perf_model import Bus, FillShape, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
+from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
 from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, choice_setup, evaluate_design, explore, k_codes,
                                  modes_of)
+from fluidnpu.hw.regmap import BUFFER_LANES, buffer_banks, fill_chunk, fill_regions, nmax
 from fluidnpu.zoo import zoo_model
 
 PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
@@ -74,6 +79,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     bus, timing = board.bus(r.clock_mhz, r.ports), r.options.timing
     ks = k_codes(r.options.given_stackable())
     modes = modes_of(TP, TC, shapes, ks, bus, timing)
+    buffered_modes = modes_of(TP, TC, shapes, ks, bus, timing, fill=layer_fills(layers, r.TP, r.TC))
     unlimited = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports), timing)
     free = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0), timing)
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
@@ -85,6 +91,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
         buffered, too_big, largest = 0.0, {}, 0.0   # windows' cycles of the layers whose blocks fit
         priced, kinds = 0.0, {"double": 0, "single": 0}     # what a buffer saves with its fill priced
         single_priced = 0.0                                  # ... a buffer never double-buffered
+        built, built_layers, built_ram = 0.0, 0, 0.0         # the buffer as built, priced by the model
         ram_free = free_ram36(r, board)
         floor = 0.0
         for li in range(len(layers)):
@@ -124,6 +131,14 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                         priced += extra - waits
                         kinds["double" if double else "single"] += 1
                     single_priced += max(0.0, extra - buffer_fill_cycles(words, blocks, body_fast, False, memory_rate))
+                    halves = input_buffer_bram36(r.TP, words)      # both, as the RTL builds them
+                    if halves <= ram_free:     # hw/buffered_input.py, the layer buffered where it pays
+                        bset = choice_setup(buffered_modes, shapes, b, ch, r.NB)
+                        saved = cycles - float(layer_parts(bset, TR).cycles(bset)[0, li]) * n
+                        if saved > 0:
+                            built += saved
+                            built_layers += 1
+                            built_ram = max(built_ram, halves)
                 else:
                     too_big[layers[li].name] = need
             floor += memory_floor_cycles(layers[li], b, board.dsp, memory_rate)
@@ -143,11 +158,24 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                                                      "board_peak_share": gops * cycles / (cycles - priced) / board_peak,
                                                      "layers": kinds,
                                                      "single_buffered_board_peak_share":
-                                                         gops * cycles / (cycles - single_priced) / board_peak}},
+                                                         gops * cycles / (cycles - single_priced) / board_peak},
+                                     "as_built": {"board_peak_share": gops * cycles / (cycles - built) / board_peak,
+                                                  "layers": built_layers, "ram36": built_ram}},
                      "memory_floor_share": b * r.workload.total_macs / (floor * board.dsp)})
     return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
             "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
             "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
+
+
+def layer_fills(layers: list[Any], TP: int, TC: int) -> FillShape:
+    """Every layer's input as the block input buffer's fill walker would read it (row vectors, as
+    `LayerShapes`): what `perf_model` prices a buffered layer by."""
+    def row(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)[None, :]
+    return FillShape(row([x.out_hw[1] for x in layers]), row([x.out_hw[0] for x in layers]),
+                     row([x.in_hw[0] for x in layers]), row([x.stride[0] for x in layers]),
+                     row([x.kernel[0] for x in layers]), row([x.in_hw[1] * x.in_ch for x in layers]),
+                     chunk=fill_chunk(int(nmax(TP, TC)), buffer_banks(TP) * BUFFER_LANES))
 
 
 def block_input_words(layer: Any, b: int, t: int) -> int:
@@ -158,16 +186,9 @@ def block_input_words(layer: Any, b: int, t: int) -> int:
     (kh, _), (sh, _), (dh, _), ph = layer.kernel, layer.stride, layer.dilation, layer.pads[0]
     (h, w), (hi, wi) = layer.out_hw, layer.in_hw
     npix = h * w
-    most = 0
-    for start in range(0, b * npix, t):
-        end = min(start + t, b * npix)
-        words = 0
-        for s in range(start // npix, (end - 1) // npix + 1):
-            first, last = max(start - s * npix, 0) // w, (min(end - s * npix, npix) - 1) // w
-            rows = min(hi - 1, last * sh - ph + (kh - 1) * dh) - max(0, first * sh - ph) + 1
-            words += rows * wi * layer.in_ch
-        most = max(most, words)
-    return most
+    return max(sum(words for _, _, words in fill_regions(w, h, hi, sh, (kh - 1) * dh + 1, ph, wi * layer.in_ch,
+                                                         start // npix, start % npix, t, b))
+               for start in range(0, b * npix, t))
 
 
 def buffer_words(layer: Any, setup: Any, rb: Any, li: int) -> int:
@@ -278,8 +299,8 @@ def main() -> None:
     print()
     print("| pick | b | RAM36 free | largest block that fits (RAM36) | windows' part in blocks that fit / all "
           "| board peak without it | with the fill priced (layers double / single-buffered) | single-buffered "
-          "| blocks too big (RAM36) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| as built, by the model (layers, RAM36) | blocks too big (RAM36) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for g in out:
         for row in g["rows"]:
             lb, big = row["line_buffer"], row["line_buffer"]["too_big_ram36"]
@@ -289,6 +310,8 @@ def main() -> None:
                   f"{100 * row['bandwidth_by_cause']['windows']:.1f} % | {100 * lb['board_peak_share_without']:.1f} % "
                   f"| {100 * fp['board_peak_share']:.1f} % ({fp['layers']['double']} / {fp['layers']['single']}) "
                   f"| {100 * fp['single_buffered_board_peak_share']:.1f} % "
+                  f"| {100 * lb['as_built']['board_peak_share']:.1f} % ({lb['as_built']['layers']}, "
+                  f"{lb['as_built']['ram36']:.0f}) "
                   f"| {', '.join(f'{k} {v:.0f}' for k, v in sorted(big.items(), key=lambda kv: -kv[1])[:3]) or '-'}"
                   + (f" (+{len(big) - 3})" if len(big) > 3 else "") + " |")
     print()

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerSetup, ModeCosts,
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
                                      layer_cycles_bound, layer_edge, layer_inside, layer_parts, layer_setup,
                                      mode_costs)
 from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
@@ -189,12 +189,13 @@ class LayerShapes:
 
 
 def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
-             timing: EngineTiming) -> dict[int, ModeCosts]:
+             timing: EngineTiming, fill: FillShape | None = None) -> dict[int, ModeCosts]:
     """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
-    layer_cycles sees it (words of the engine's timing)."""
+    layer_cycles sees it (words of the engine's timing); `fill`: every layer buffered (a what-if: the
+    DSE does not price buffered layers yet, docs/interpretations.md)."""
     bus = replace(bus, word_bytes=timing.word_bytes)
     return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside,
-                          kw=shapes.kw, edge=shapes.edge)
+                          kw=shapes.kw, edge=shapes.edge, fill=fill)
             for k in k_codes}
 
 

@@ -29,8 +29,9 @@ import numpy as np
 
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
-from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, decode_fbcb_entry,
-                                k_dims, supported_k_codes)
+from fluidnpu.hw.regmap import (BUFFER_LANES, BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams,
+                                block_fill_end, buffer_banks, decode_fbcb_entry, fill_regions, k_dims,
+                                supported_k_codes)
 from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
 
 _W = {r.offset >> 2: r for r in REGISTERS}
@@ -223,6 +224,9 @@ class ModelDevice(Device):
                 break
             self._count(fields, b, plan)
             self.layer_cnt += 1
+            if fields["buffered"] and self.params.input_buffer and self._buffer_overflows(fields, b, plan):
+                code = ErrorCode.BUFFER_OVERFLOW         # the RTL reports it once the layer has drained
+                break
         if code is not None:
             self._error(code)
         else:
@@ -251,6 +255,32 @@ class ModelDevice(Device):
         if TRk // g == 0:
             return None
         return {"BR": br, "k": k, "TPk": TPk, "nPE": nPE, "BP": BP, "g": g}
+
+    def _buffer_overflows(self, f: dict, b: int, plan: dict) -> bool:
+        """Whether some block of this buffered layer reads more input than a half of the NPU's block input
+        buffer holds: the plan's passes and balanced blocks (as hw/seq_planner.py cuts them), each
+        block's regions as the fill walker reads them, group after group in one half."""
+        p = self.params
+        window = buffer_banks(p.TP) * BUFFER_LANES
+        depth = -(-p.input_buffer // window) * window
+        geo = (f["out_w"], f["out_h"], f["in_h"], f["sh"], f["kh"], f["ph"], f["in_row_words"])
+        TRk = int(k_dims(p.TR, p.TP, p.TC, plan["k"])[0])
+        BR, npix = plan["BR"], f["npix"]
+        rows, first_group = BR * npix, 0
+        while first_group < plan["BP"]:
+            groups = min(plan["g"], plan["BP"] - first_group)
+            n = -(-rows // max(TRk // groups, 1))
+            size, big, r0 = rows // n, rows % n, 0
+            for i in range(n):
+                t = size + (i < big)
+                regions = []
+                for q in range(first_group, first_group + groups):
+                    regions += fill_regions(*geo, q * BR + r0 // npix, r0 % npix, t, min(q * BR + BR, b))
+                if block_fill_end(regions, window) > depth:
+                    return True
+                r0 += t
+            first_group += groups
+        return False
 
     def _layer(self, f: dict, b: int) -> None:
         """One layer, bit-exact: im2col by the descriptor's byte strides, hw/reference arithmetic."""

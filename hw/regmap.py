@@ -114,6 +114,32 @@ def fill_chunk(nmax: int, window: int) -> int:
     return (nmax // window) * window if nmax >= window else 1 << (nmax.bit_length() - 1)
 
 
+def fill_regions(out_w: int, out_h: int, in_h: int, sh: int, kh: int, ph: int, row_words: int,
+                 s0: int, p0: int, t: int, gend: int) -> list[tuple[int, int, int]]:
+    """The regions the fill walker (hw/fill_walker.py) reads for t output pixels from pixel p0 of sample
+    s0, up to the group's end sample `gend` (exclusive): per sample reached, (sample, first input row,
+    words), the input rows its output rows' windows cover, whole rows of `row_words` words. What the
+    bit-accurate model device checks a buffered block against the buffer's halves with."""
+    npix, regions, s, p, left = out_w * out_h, [], s0, p0, t
+    while left > 0 and s < gend:
+        n = min(left, npix - p)
+        first, last = p // out_w, (p + n - 1) // out_w
+        lo, hi = max(0, first * sh - ph), min(in_h - 1, last * sh - ph + kh - 1)
+        regions.append((s, lo, (hi - lo + 1) * row_words))
+        left, s, p = left - n, s + 1, 0
+    return regions
+
+
+def block_fill_end(regions: list[tuple[int, int, int]], window: int, start: int = 0) -> int:
+    """The word of a buffer half after a block's regions (each starts on a window, after `start`): the
+    words the block needs. The walker raises BUFFER_OVERFLOW where a region ends past the half."""
+    end = start
+    for _, _, words in regions:
+        start = -(-end // window) * window
+        end = start + words
+    return end
+
+
 # Lanes per DSP cascade chain of a PE (hw/mac_tree.py). Longer chains leave fewer fabric adders but
 # skew more operand bits into flip-flops (lane r of a chain is delayed r cycles) and lengthen the
 # pipeline; 16 makes every PE up to TP = 32 one chain a half (only the root adder in the fabric), at a

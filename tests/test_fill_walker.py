@@ -16,7 +16,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from fluidnpu.hw.fill_walker import FillWalker
-from fluidnpu.hw.input_buffer import fill_chunk
+from fluidnpu.hw.regmap import fill_chunk, fill_regions
 from fluidnpu.sim_tb.axi_model import StreamSink, StreamSource
 
 NMAX, WINDOW, DEPTH, TR, BMAX = 16, 8, 4096, 200, 4
@@ -47,20 +47,15 @@ def _model(sh: Shape, base: int, groups: list[tuple[int, int, int, int]], window
     """(regions, reads) of a block: t pixels from pixel p0 of sample s0 in each group (s0, p0, t, gend)."""
     chunk = fill_chunk(NMAX, window)
     regions, reads, buf = [], [], 0
-    for s, p, left, gend in groups:
-        while left > 0 and s < gend:
-            n = min(left, sh.out_w * sh.out_h - p)
-            first, last = p // sh.out_w, (p + n - 1) // sh.out_w
-            lo = max(0, first * sh.sh - sh.ph)
-            hi = min(sh.in_h - 1, last * sh.sh - sh.ph + sh.kh - 1)
+    for s0, p0, t, gend in groups:
+        # the regions as the model device checks them against the halves (hw/regmap.py)
+        for s, lo, words in fill_regions(sh.out_w, sh.out_h, sh.in_h, sh.sh, sh.kh, sh.ph, sh.row_words,
+                                         s0, p0, t, gend):
             src = base + s * sh.sample_bytes + 2 * lo * sh.row_words
-            words = (hi - lo + 1) * sh.row_words
             regions.append((s, src, buf))
             for i in range(0, words, chunk):
                 reads.append([src + 2 * i, min(chunk, words - i), buf + i, 0])
             buf = -(-(buf + words) // window) * window
-            left -= n
-            s, p = s + 1, 0
     s0, _, _, gend = groups[-1]
     if s0 >= gend:
         reads.append([0, 0, 0, 1])          # the closing group reads nothing: a marker completes the half

@@ -141,3 +141,35 @@ def test_the_model_says_where_the_buffer_pays():
         ddr, buf = (descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, LayerDescriptor(layer=0, buffered=bf, **geo),
                                       b, br, k, ports=p.axi_ports) for bf in (False, True))
         assert (buf < ddr) == faster, (engine, ddr, buf)
+
+
+def _model_device_run(params: NpuParams, case) -> dict:
+    """The case on the bit-accurate model device (host_driver/model_device.py) of the same NPU."""
+    from fluidnpu.host_driver.device import BytesBuffer
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.sim_tb.npu_cases import drive_case
+
+    dev = ModelDevice(params, mem_bytes=1 << 20, mem_base=0)
+    return drive_case(NpuDriver(dev, params, load=False), case,
+                      lambda base, n: BytesBuffer(dev.memory, base, n, 0), timeout_s=1.0)
+
+
+def test_the_model_device_reports_an_overflow_exactly_where_the_rtl_does():
+    """The smallest buffer the model device runs the 3 x 3 layer in without BUFFER_OVERFLOW (its plan's
+    blocks, each block's regions as the fill walker reads them), and one window less: the RTL agrees on
+    both, bit-exact where it fits."""
+    from fluidnpu.hw.regmap import BUFFER_LANES, buffer_banks
+
+    rng = random.Random(40)
+    case = make_case(rng, bmax=SMALL.bmax, TR=SMALL.TR, TP=SMALL.TP, TC=SMALL.TC, nlayers=1, b=2,
+                     in_shape=(6, 6, 8), modes=[(2, 0)], max_c=6, buffered=True)
+    window = buffer_banks(SMALL.TP) * BUFFER_LANES
+    depth = next(d for d in range(window, SMALL.input_buffer + 1, window)
+                 if _model_device_run(replace(SMALL, input_buffer=d), case)["status"] & 0b110 == 0b010)
+    short = _model_device_run(replace(SMALL, input_buffer=depth - window), case)
+    assert short["status"] & 0b100 and (short["status"] >> 8) & 0xFF == ErrorCode.BUFFER_OVERFLOW
+    fits, over = run_cases(replace(SMALL, input_buffer=depth), [case]) + run_cases(
+        replace(SMALL, input_buffer=depth - window), [case])
+    _check(fits, case)
+    assert over.status & 0b100 and (over.status >> 8) & 0xFF == ErrorCode.BUFFER_OVERFLOW

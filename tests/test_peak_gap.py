@@ -66,7 +66,7 @@ def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
     """`gap` end to end on ResNet-50 and ZC706's design (given, not searched: 1 s): its parts sum to the
     DSE's cycles (asserted inside), its share is the DSE's GOp/s over the board peak, and a line
     buffer with its fill priced lands between the design as built and the buffer with a free fill,
-    single-buffered below double-buffered."""
+    single-buffered below double-buffered, and so does the buffer as built (`as_built`)."""
     from fluidnpu.boards import load_board
     from fluidnpu.dse.search import DSEOptions, evaluate_design
     from fluidnpu.zoo import zoo_model
@@ -83,3 +83,8 @@ def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
     assert row["board_peak_share"] < fp["single_buffered_board_peak_share"] <= fp["board_peak_share"]
     assert fp["board_peak_share"] < lb["board_peak_share_without"]
     assert fp["layers"]["double"] > 0 and lb["free_ram36"] > lb["largest_fitting_ram36"]
+    # the buffer as built, priced layer by layer by the model calibrated on the RTL's buffered layers:
+    # above the design as built, below the free fill, its two halves in the RAM the design leaves
+    built = lb["as_built"]
+    assert row["board_peak_share"] < built["board_peak_share"] < lb["board_peak_share_without"]
+    assert built["layers"] > 0 and 0 < built["ram36"] <= lb["free_ram36"]

@@ -348,3 +348,22 @@ def test_plain_and_stackable_twins_are_priced_within_five_percent():
         lut, ff = engine_logic(np.array(r["TP"]), np.array(r["TC"]), 8, r["stackable"], banks=r["NB"])
         assert abs(float(lut) / r["xc7_lut"] - 1) <= 0.05, r
         assert abs(float(ff) / r["xc7_ff"] - 1) <= 0.05, r
+
+
+def test_the_block_input_buffers_bram_is_what_yosys_mapped():
+    """`input_buffer_bram36` against the Yosys run of the buffer at the ResNet-50/ZC706 pick's size
+    (benchmarks/synth_input_buffer.py, recorded in docs/figures/resources/input_buffer.json): exact. And
+    it moves by whole bank rows: one word more than a 512-row bank holds costs every bank more BRAM."""
+    import json
+    from pathlib import Path
+
+    from fluidnpu.dse.resource_model import input_buffer_bram36
+    from fluidnpu.hw.regmap import buffer_banks
+
+    rec = json.loads((Path(__file__).parents[1] / "docs/figures/resources/input_buffer.json").read_text())
+    assert buffer_banks(rec["TP"], rec["lanes"]) == rec["banks"]
+    assert input_buffer_bram36(rec["TP"], rec["depth_words"]) == rec["counts"]["bram36"]
+    window = rec["banks"] * rec["lanes"]
+    full = 256 * window                    # 2 x 256 rows a bank: one BRAM36 in 512 x 72
+    assert input_buffer_bram36(rec["TP"], full) == rec["banks"]
+    assert input_buffer_bram36(rec["TP"], full + 1) > rec["banks"]
