@@ -1079,11 +1079,9 @@ def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     pro = costs.prologue(rb.t0_first, setup.first, groups)
     if costs.fill is None:
         return pro
-    # buffered: the layer's first step also waits for its block's fill; every later pass (of every column
-    # tile) pushes its first block's fill as it starts, behind the two steps the core still has
-    fill = costs.first_fill(rb.t0_first, groups)
-    later = setup.mode.nct * setup.npass - 1
-    return np.maximum(pro, fill + costs.timing.block_overhead) + later * np.maximum(0.0, fill - 2 * rb.t0_first)
+    # buffered: the layer's first step also waits for its block's fill (every later block's fill, a later
+    # pass's or column tile's first block's too, runs behind the block before it: `_step_kinds`)
+    return np.maximum(pro, costs.first_fill(rb.t0_first, groups) + costs.timing.block_overhead)
 
 
 def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:

@@ -43,9 +43,10 @@ class SeqFetcher(wiring.Component):
     (the layer's reads are all issued and both FIFOs are empty).
 
     With `buffer` (an NPU built with the block input buffer, hw/buffered_input.py), for a layer whose
-    descriptor is `buffered`: `fill_block` hands the fill walker each row block's groups, a pass's
-    first block as the pass starts and every later block while the block before it walks its first
-    step (the cursors then reach the next block's first pixels), and `in_ctx` says of each input run
+    descriptor is `buffered`: `fill_block` hands the fill walker each row block's groups while the
+    block before it walks its first step (the cursors then reach the next block's first pixels; a
+    pass's last block hands over the next pass's first block), the layer's first block as its pass
+    starts, and `in_ctx` says of each input run
     its block's half (the staging half `sb`: both alternate by block), its sample and whether it is
     the block's last run; `fill_issued` (one cycle) says a block's fill reads have all been issued.
     """
@@ -86,8 +87,13 @@ class SeqFetcher(wiring.Component):
         fetch_done = Signal()
         w_go, w_idle = Signal(), Signal()              # start the weight walker; it has no step
         if self.buffer:
+            fill_depth = 4 * NB + 4
             m.submodules.fill_fifo = fill_fifo = fifo.SyncFIFOBuffered(width=self.fill_block.payload.shape().size,
-                                                                       depth=2 * NB + 2)
+                                                                       depth=fill_depth)
+            # a block's first step hands over at most NB groups, one a cycle: it runs while the FIFO
+            # has room for them (a register, so that no input run's valid waits on the hand-over)
+            fill_room = Signal()
+            m.d.sync += fill_room.eq(fill_fifo.level < fill_depth - NB - 1)
             m.d.comb += [self.fill_block.valid.eq(fill_fifo.r_rdy), self.fill_block.payload.eq(fill_fifo.r_data),
                          fill_fifo.r_en.eq(self.fill_block.ready)]
             m.d.comb += self.idle.eq(fetch_done & w_idle & (step_fifo.level == 0) & (blk_fifo.level == 0)
@@ -240,6 +246,19 @@ class SeqFetcher(wiring.Component):
             # settle at least a cycle before a block's first step walks its rows)
             more_blocks, next_t = Signal(), Signal.like(t)
             m.d.sync += [more_blocks.eq(bi + 1 < n_sel), next_t.eq(Mux(bi + 1 < big_sel, s_sel + 1, s_sel))]
+            # the next pass's first block (of this tile, or of the next tile), handed to the fill walker
+            # during this pass's last block as any next block is: its group count, rows, first sample and
+            # address (registers; `pre_n` of its groups handed so far, the rest in CURSORS)
+            tile_last = grp_next + gp == BP
+            nxt_grp = Mux(tile_last, 0, grp_next + gp)
+            nxt_last = BP - nxt_grp <= g
+            pre_ok, pre_gp, pre_t = Signal(), Signal(range(NB + 1)), Signal.like(t)
+            pre_n, pre_samp, pre_src = Signal(range(NB + 1)), Signal(b_bits + 1), Signal(ADDR)
+            m.d.sync += [pre_ok.eq(~(tile_last & (col0 + nPE >= f["cout"]))), pre_gp.eq(Mux(nxt_last, gl, g)),
+                         pre_t.eq(Mux(nxt_last, Mux(pl.last.big != 0, pl.last.s + 1, pl.last.s),
+                                      Mux(pl.full.big != 0, pl.full.s + 1, pl.full.s)))]
+            with m.If(pre_n == 0):
+                m.d.sync += [pre_samp.eq(Mux(tile_last, 0, nsamp)), pre_src.eq(Mux(tile_last, f["src_base"], nsrc))]
 
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
@@ -273,14 +292,19 @@ class SeqFetcher(wiring.Component):
                                  nsamp.eq(end), nsrc.eq(nsrc + br_src), q.eq(q + 1)]
                     with m.If(q + 1 == gp):
                         m.next = "BLOCK"
-                if self.buffer:           # the pass's first block goes to the fill walker, group by group
+                if self.buffer:
+                    # the pass's first block goes to the fill walker group by group, but for the groups
+                    # handed over during the pass before (`pre_n`)
                     fb = fill_w
+                    hand = self.buffered & (q >= pre_n)
                     m.d.comb += [fb.half.eq(sb), fb.sample.eq(nsamp), fb.iy.eq(-f["ph"]), fb.sbase.eq(nsrc),
                                  fb.t.eq(Mux(big_sel != 0, s_sel + 1, s_sel)), fb.gend.eq(Mux(end < b, end, b)),
                                  fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp),
-                                 fill_fifo.w_en.eq(self.buffered & fill_fifo.w_rdy)]
-                    with m.If(~self.buffered | fill_fifo.w_rdy):
+                                 fill_fifo.w_en.eq(hand & fill_fifo.w_rdy)]
+                    with m.If(~hand | fill_fifo.w_rdy):
                         group_cursors()
+                        with m.If(q + 1 == gp):
+                            m.d.sync += pre_n.eq(0)
                 else:
                     group_cursors()
             def load_group(qv, taps=None, rem_v=nl) -> None:
@@ -334,16 +358,27 @@ class SeqFetcher(wiring.Component):
                 if self.buffer:
                     # as the block's first step ends each group's rows, the next block's group goes to the
                     # fill walker: its cursor (nc_sig) is that group's first pixel of the next block
-                    push = self.buffered & row_last & (j + 1 == t) & first & more_blocks
+                    # (the pass's last block hands over the next pass's first block instead, one group a
+                    # group-end, as many as that pass has, the rest in CURSORS)
+                    at_end = self.buffered & row_last & (j + 1 == t) & first
+                    push = at_end & more_blocks
+                    prepush = at_end & ~more_blocks & pre_ok & (pre_n < pre_gp)
+                    pre_end = pre_samp + BR
                     fb = fill_w
-                    m.d.comb += [fb.half.eq(~sb), fb.sample.eq(nc_sig["sample"]), fb.oy.eq(nc_sig["oy"]),
-                                 fb.ox.eq(nc_sig["ox"]), fb.iy.eq(nc_sig["iy"]), fb.sbase.eq(nc_sig["sbase"]),
-                                 fb.t.eq(next_t), fb.gend.eq(w_gend),
-                                 fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp),
-                                 fill_fifo.w_en.eq(accepted & push),
+                    with m.If(more_blocks):
+                        m.d.comb += [fb.sample.eq(nc_sig["sample"]), fb.oy.eq(nc_sig["oy"]), fb.ox.eq(nc_sig["ox"]),
+                                     fb.iy.eq(nc_sig["iy"]), fb.sbase.eq(nc_sig["sbase"]), fb.t.eq(next_t),
+                                     fb.gend.eq(w_gend), fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp)]
+                    with m.Else():
+                        m.d.comb += [fb.sample.eq(pre_samp), fb.iy.eq(-f["ph"]), fb.sbase.eq(pre_src), fb.t.eq(pre_t),
+                                     fb.gend.eq(Mux(pre_end < b, pre_end, b)), fb.cont.eq(pre_n != 0),
+                                     fb.close.eq(pre_n + 1 == pre_gp)]
+                    m.d.comb += [fb.half.eq(~sb), fill_fifo.w_en.eq(accepted & (push | prepush)),
                                  self.in_ctx.half.eq(sb), self.in_ctx.sample.eq(w_sample),
                                  self.in_ctx.last.eq(last & step_done)]
-                    in_valid = in_valid & (~push | fill_fifo.w_rdy)
+                    with m.If(accepted & prepush):
+                        m.d.sync += [pre_n.eq(pre_n + 1), pre_samp.eq(pre_end), pre_src.eq(pre_src + br_src)]
+                    in_valid = in_valid & ~(self.buffered & first & ~fill_room)
                 m.d.comb += [self.in_cmd.valid.eq(in_valid),
                              icmd.addr.eq(w_sbase + w_off + t_off),
                              icmd.nwords.eq(run), icmd.zero.eq(~(inside & row_ok)),

@@ -129,8 +129,9 @@ def test_generated_verilog_with_the_buffer_under_verilator(tmp_path):
 def test_the_model_says_where_the_buffer_pays():
     """dse/perf_model.py prices a buffered layer as the RTL runs it (docs/rtl-agreement.md, "Buffered
     layers"): on the pick's TP and three 64-bit ports the bandwidth-bound 3 x 3 layer gets faster; on four
-    ports a stride-2 layer whose passes are one block each gets slower, since no fill hides behind a block
-    before it. Both as the simulated RTL measured (23,833 vs 30,611 and 2,823 vs 2,453 cycles)."""
+    ports a stride-2 layer whose passes are one block each gets slower: the layer's first fill waits, and
+    each later one hides behind a single short block. Both as the simulated RTL measured (23,833 vs 30,611
+    and 2,634 vs 2,453 cycles)."""
     from fluidnpu.dse.perf_model import descriptor_cycles
     from fluidnpu.hw.descriptor import LayerDescriptor
     from fluidnpu.sim_tb.agreement import BUFFER_ENGINES, BUFFERED_CASES
