@@ -85,7 +85,7 @@ class BufferedInput(wiring.Component):
         marker = c.nwords == 0
         # a fill behind a block the core is running (the other half is full) keeps a few reads in flight,
         # so that they share the ports with that block's weight reads rather than hold them back in a
-        # burst; a fill nothing waits behind (a pass's first block) goes at full speed
+        # burst; a fill nothing waits behind (a layer's first block) goes at full speed
         behind = buf.full.bit_select(~c.half, 1)
         room = Signal()
         under = Signal()
