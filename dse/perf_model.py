@@ -296,7 +296,7 @@ class LayerCosts:
         return self.bus.stream(self.bus.beats(words, np.ceil(words / f.chunk)), np.ceil(words / f.chunk))
 
     def first_fill(self, t: ArrayLike, groups: ArrayLike) -> np.ndarray:
-        """A pass's first block waits for its own fill: the walker, the reads, a round trip, the pipeline."""
+        """A layer's first block waits for its own fill: the walker, the reads, a round trip, the pipeline."""
         f = self.fill
         assert f is not None
         return (f.walk(t) * np.asarray(groups) + self.fill_cycles(t, groups) + self.timing.dma_latency
