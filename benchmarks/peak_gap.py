@@ -60,7 +60,7 @@ from fluidnpu.dse.perf_model import Bus, FillShape, ideal_cycles, layer_parts, m
 from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
 from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, choice_setup, evaluate_design, explore, k_codes,
                                  modes_of)
-from fluidnpu.hw.regmap import BUFFER_LANES, buffer_banks, fill_chunk, fill_regions, nmax
+from fluidnpu.hw.regmap import fill_regions
 from fluidnpu.zoo import zoo_model
 
 PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
@@ -172,10 +172,9 @@ def layer_fills(layers: list[Any], TP: int, TC: int) -> FillShape:
     `LayerShapes`): what `perf_model` prices a buffered layer by."""
     def row(values: list[int]) -> np.ndarray:
         return np.asarray(values, dtype=np.int64)[None, :]
-    return FillShape(row([x.out_hw[1] for x in layers]), row([x.out_hw[0] for x in layers]),
-                     row([x.in_hw[0] for x in layers]), row([x.stride[0] for x in layers]),
-                     row([x.kernel[0] for x in layers]), row([x.in_hw[1] * x.in_ch for x in layers]),
-                     chunk=fill_chunk(int(nmax(TP, TC)), buffer_banks(TP) * BUFFER_LANES))
+    return FillShape.of(TP, TC, row([x.out_hw[1] for x in layers]), row([x.out_hw[0] for x in layers]),
+                        row([x.in_hw[0] for x in layers]), row([x.stride[0] for x in layers]),
+                        row([x.kernel[0] for x in layers]), row([x.in_hw[1] * x.in_ch for x in layers]))
 
 
 def block_input_words(layer: Any, b: int, t: int) -> int:

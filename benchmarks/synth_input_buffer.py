@@ -26,6 +26,7 @@ from fluidnpu.hw.regmap import nmax
 from fluidnpu.hw.seq_streams import tag_layout
 from fluidnpu.hw.synth import synthesize
 
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--TP", type=int, default=14)

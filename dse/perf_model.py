@@ -35,8 +35,7 @@ from typing import NamedTuple, Union
 
 import numpy as np
 
-from fluidnpu.hw.regmap import (BUFFER_LANES, K_CODES, ROW_BITS, KCode, buffer_banks, fill_chunk, k_dims,
-                                mode_depth, nmax)
+from fluidnpu.hw.regmap import K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth, nmax
 
 ArrayLike = Union[int, float, np.ndarray]
 
@@ -239,6 +238,13 @@ class FillShape:
     kh: np.ndarray
     row_words: np.ndarray
     chunk: int
+
+    @classmethod
+    def of(cls, TP: int, TC: int, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike, kh: ArrayLike,
+           row_words: ArrayLike) -> "FillShape":
+        """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays."""
+        return cls(*(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words)),
+                   chunk=fill_chunk(int(nmax(TP, TC)), buffer_window(TP)))
 
     def rows(self, t: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(output rows, input rows) a block of t rows (output pixels) of one group touches; a block
@@ -1187,9 +1193,7 @@ def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometr
 def fill_shape(geometry, TP: int, TC: int) -> FillShape:
     """The fill of a buffered layer given as a layer descriptor's geometry, on an engine of <TP, TC>."""
     g = geometry
-    return FillShape(*(np.asarray(v) for v in (g.out_w, g.out_h, g.in_h, g.sh, g.kh,
-                                               g.in_w * getattr(g, "in_pitch", g.cin))),
-                     chunk=fill_chunk(int(nmax(TP, TC)), buffer_banks(TP) * BUFFER_LANES))
+    return FillShape.of(TP, TC, g.out_w, g.out_h, g.in_h, g.sh, g.kh, g.in_w * getattr(g, "in_pitch", g.cin))
 
 
 def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, chain_count, fbcb_entry_bits,
-                                input_banks, longest_chain, nmax, skew_words)
+from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, buffer_window, chain_count,
+                                fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words)
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -145,9 +145,8 @@ def input_buffer_bram36(TP: int, words: float) -> float:
     RTL builds it: `buffer_banks(TP)` banks of BUFFER_LANES 16-bit words a row, each bank both halves
     deep, its rows whole windows of banks x lanes words. Yosys maps the ResNet-50/ZC706 pick's
     (TP 14, halves of 146,944 words) to 144 (docs/figures/resources/input_buffer.json)."""
-    banks = buffer_banks(TP)
-    rows = -(-int(np.ceil(words)) // (banks * BUFFER_LANES))
-    return banks * float(bram36_for(np.asarray(2 * rows), 16 * BUFFER_LANES))
+    rows = -(-int(np.ceil(words)) // buffer_window(TP))
+    return buffer_banks(TP) * float(bram36_for(np.asarray(2 * rows), 16 * BUFFER_LANES))
 
 
 def uram_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:

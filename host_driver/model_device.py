@@ -29,9 +29,8 @@ import numpy as np
 
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
-from fluidnpu.hw.regmap import (BUFFER_LANES, BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams,
-                                block_fill_end, buffer_banks, decode_fbcb_entry, fill_regions, k_dims,
-                                supported_k_codes)
+from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, block_fill_end,
+                                buffer_window, decode_fbcb_entry, fill_regions, k_dims, supported_k_codes)
 from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
 
 _W = {r.offset >> 2: r for r in REGISTERS}
@@ -258,28 +257,24 @@ class ModelDevice(Device):
 
     def _buffer_overflows(self, f: dict, b: int, plan: dict) -> bool:
         """Whether some block of this buffered layer reads more input than a half of the NPU's block input
-        buffer holds: the plan's passes and balanced blocks (as hw/seq_planner.py cuts them), each
-        block's regions as the fill walker reads them, group after group in one half."""
-        p = self.params
-        window = buffer_banks(p.TP) * BUFFER_LANES
+        buffer holds: the layer's blocks (dse/tiling.py's schedule, the one the RTL runs), each block's
+        groups' regions as the fill walker reads them, one after another in one half. Every column tile
+        walks the same blocks, so the first tile's suffice."""
+        from fluidnpu.dse.tiling import layer_schedule
+
+        p, npix = self.params, f["npix"]
+        window = buffer_window(p.TP)
         depth = -(-p.input_buffer // window) * window
         geo = (f["out_w"], f["out_h"], f["in_h"], f["sh"], f["kh"], f["ph"], f["in_row_words"])
-        TRk = int(k_dims(p.TR, p.TP, p.TC, plan["k"])[0])
-        BR, npix = plan["BR"], f["npix"]
-        rows, first_group = BR * npix, 0
-        while first_group < plan["BP"]:
-            groups = min(plan["g"], plan["BP"] - first_group)
-            n = -(-rows // max(TRk // groups, 1))
-            size, big, r0 = rows // n, rows % n, 0
-            for i in range(n):
-                t = size + (i < big)
-                regions = []
-                for q in range(first_group, first_group + groups):
-                    regions += fill_regions(*geo, q * BR + r0 // npix, r0 % npix, t, min(q * BR + BR, b))
-                if block_fill_end(regions, window) > depth:
-                    return True
-                r0 += t
-            first_group += groups
+        sched = layer_schedule(p.TR, p.TP, p.TC, npix, f["P"], f["cout"], b, plan["BR"], plan["k"], p.banks)
+        for blk in sched.blocks:
+            if blk.c0 != 0:
+                break
+            regions = [r for sl in blk.slices
+                       for r in fill_regions(*geo, sl.samples[0] + sl.row0 // npix, sl.row0 % npix, sl.row1 - sl.row0,
+                                             sl.samples[-1] + 1)]
+            if block_fill_end(regions, window) > depth:
+                return True
         return False
 
     def _layer(self, f: dict, b: int) -> None:

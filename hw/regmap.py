@@ -107,6 +107,12 @@ def buffer_banks(TP: int, lanes: int = BUFFER_LANES) -> int:
     return 1 << (touched - 1).bit_length()
 
 
+def buffer_window(TP: int, lanes: int = BUFFER_LANES) -> int:
+    """Words of one row across all banks of the block input buffer: regions start on it, a fill writes
+    whole ones."""
+    return buffer_banks(TP, lanes) * lanes
+
+
 def fill_chunk(nmax: int, window: int) -> int:
     """Words one fill of the block input buffer writes (a window is its banks x lanes words): whole
     windows where NMAX holds one, else the largest power of two up to NMAX, which then lies inside one

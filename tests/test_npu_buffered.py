@@ -156,16 +156,18 @@ def _model_device_run(params: NpuParams, case) -> dict:
                       lambda base, n: BytesBuffer(dev.memory, base, n, 0), timeout_s=1.0)
 
 
-def test_the_model_device_reports_an_overflow_exactly_where_the_rtl_does():
+@pytest.mark.parametrize("b", [2, 3])
+def test_the_model_device_reports_an_overflow_exactly_where_the_rtl_does(b):
     """The smallest buffer the model device runs the 3 x 3 layer in without BUFFER_OVERFLOW (its plan's
     blocks, each block's regions as the fill walker reads them), and one window less: the RTL agrees on
-    both, bit-exact where it fits."""
-    from fluidnpu.hw.regmap import BUFFER_LANES, buffer_banks
+    both, bit-exact where it fits. At b = 3 (BR 2, one group a pass: 5 columns on TC 4) the last pass
+    holds the short group alone."""
+    from fluidnpu.hw.regmap import buffer_window
 
     rng = random.Random(40)
-    case = make_case(rng, bmax=SMALL.bmax, TR=SMALL.TR, TP=SMALL.TP, TC=SMALL.TC, nlayers=1, b=2,
+    case = make_case(rng, bmax=SMALL.bmax, TR=SMALL.TR, TP=SMALL.TP, TC=SMALL.TC, nlayers=1, b=b,
                      in_shape=(6, 6, 8), modes=[(2, 0)], max_c=6, buffered=True)
-    window = buffer_banks(SMALL.TP) * BUFFER_LANES
+    window = buffer_window(SMALL.TP)
     depth = next(d for d in range(window, SMALL.input_buffer + 1, window)
                  if _model_device_run(replace(SMALL, input_buffer=d), case)["status"] & 0b110 == 0b010)
     short = _model_device_run(replace(SMALL, input_buffer=depth - window), case)
