@@ -58,8 +58,8 @@ import numpy as np
 from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import Bus, FillShape, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
-from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, choice_setup, evaluate_design, explore, k_codes,
-                                 modes_of)
+from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
+                                 explore, k_codes, modes_of)
 from fluidnpu.hw.regmap import fill_regions
 from fluidnpu.zoo import zoo_model
 
@@ -78,10 +78,12 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     TR, TP, TC = (np.array([[v]]) for v in (r.TR, r.TP, r.TC))
     bus, timing = board.bus(r.clock_mhz, r.ports), r.options.timing
     ks = k_codes(r.options.given_stackable())
-    modes = modes_of(TP, TC, shapes, ks, bus, timing)
-    buffered_modes = modes_of(TP, TC, shapes, ks, bus, timing, fill=layer_fills(layers, r.TP, r.TC))
-    unlimited = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports), timing)
-    free = modes_of(TP, TC, shapes, ks, Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0), timing)
+    fast_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports)
+    free_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0)
+    # each layer at its plan's choice: from DDR, or buffered where the pick's plan buffers it
+    modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing), **buffered_modes(TP, TC, shapes, ks, x, timing)}
+                              for x in (bus, fast_bus, free_bus))
+    buffered_modes_ = modes_of(TP, TC, shapes, ks, bus, timing, fill=layer_fills(layers, r.TP, r.TC))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     memory_rate = board.bytes_per_cycle(r.clock_mhz)
     rows = []
@@ -95,7 +97,8 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
         ram_free = free_ram36(r, board)
         floor = 0.0
         for li in range(len(layers)):
-            ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1])
+            ch = Choice(r.plan.BR[li][b - 1], r.plan.k_code[li][b - 1], r.plan.serial[li][b - 1],
+                        buffered=bool(r.plan.buffered) and r.plan.buffered[li][b - 1])
             n = b if ch.serial else 1
             setup = choice_setup(modes, shapes, b, ch, r.NB)
             p = layer_parts(setup, TR)
@@ -117,7 +120,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
             why = cause(layers[li], r.TC)
             extra = part["body"] - body_fast               # the bandwidth part of this layer
             by_cause[why] += extra
-            if why == "windows":
+            if why == "windows" and not ch.buffered:      # the what-ifs of a buffer beside a layer read from DDR
                 rb = row_blocks(setup, TR)
                 words = buffer_words(layers[li], setup, rb, li)
                 need = float(bram36_for(np.ceil(words / r.TP), 16 * r.TP))
@@ -133,7 +136,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
                     single_priced += max(0.0, extra - buffer_fill_cycles(words, blocks, body_fast, False, memory_rate))
                     halves = input_buffer_bram36(r.TP, words)      # both, as the RTL builds them
                     if halves <= ram_free:     # hw/buffered_input.py, the layer buffered where it pays
-                        bset = choice_setup(buffered_modes, shapes, b, ch, r.NB)
+                        bset = choice_setup(buffered_modes_, shapes, b, replace(ch, buffered=False), r.NB)
                         saved = cycles - float(layer_parts(bset, TR).cycles(bset)[0, li]) * n
                         if saved > 0:
                             built += saved

@@ -224,6 +224,25 @@ class Bus:
 FILL_PIPELINE = 6   # cycles from a block's last fill response to its first run answered (hw/buffered_input.py)
 
 
+@functools.lru_cache(maxsize=8)
+def _window_table(top: int) -> np.ndarray:
+    return np.array([buffer_window(max(t, 1)) for t in range(top + 1)], dtype=np.int64)
+
+
+def windows(TP: np.ndarray) -> np.ndarray:
+    """`regmap.buffer_window` of every TP in an array (looked up: TPs repeat across a design space)."""
+    TP = np.asarray(TP, dtype=np.int64)
+    top = int(TP.max(initial=1))
+    return _window_table(max(1 << top.bit_length(), 64))[TP]
+
+
+def fill_chunks(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
+    """`regmap.fill_chunk` of every <TP, TC> in arrays: whole windows where NMAX holds one, else the
+    largest power of two up to NMAX (frexp gives it exactly)."""
+    nm, win = np.asarray(nmax(TP, TC), dtype=np.int64), windows(TP)
+    return np.where(nm >= win, nm // win * win, np.ldexp(1, np.frexp(nm)[1] - 1).astype(np.int64))
+
+
 @dataclass(frozen=True)
 class FillShape:
     """A buffered layer's input as the block input buffer's fill walker reads it (hw/fill_walker.py):
@@ -237,14 +256,28 @@ class FillShape:
     sh: np.ndarray
     kh: np.ndarray
     row_words: np.ndarray
-    chunk: int
+    chunk: ArrayLike          # words a fill read moves (an array over designs in the DSE)
+    rate: ArrayLike | None = None   # set: a block of t rows fills rate * t input rows (the DSE's bound)
 
     @classmethod
-    def of(cls, TP: int, TC: int, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike, kh: ArrayLike,
-           row_words: ArrayLike) -> "FillShape":
-        """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays."""
-        return cls(*(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words)),
-                   chunk=fill_chunk(int(nmax(TP, TC)), buffer_window(TP)))
+    def of(cls, TP: ArrayLike, TC: ArrayLike, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike,
+           kh: ArrayLike, row_words: ArrayLike) -> "FillShape":
+        """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays
+        (designs as arrays too: the DSE's design spaces)."""
+        geo = tuple(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
+        if np.ndim(TP) == 0 and np.ndim(TC) == 0:
+            return cls(*geo, chunk=fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP))))
+        return cls(*geo, chunk=fill_chunks(np.asarray(TP), np.asarray(TC)))
+
+    def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> "FillShape":
+        """A fill linear in a block's rows, below this one for every block of t_lo..t_hi rows: the fewest
+        input rows a block row fills on that range, at each of its ends and at one sample's pixels
+        (between them the rows a row fills are monotone: c + a / t, in_h / t). The DSE's lower bound on a
+        buffered layer (a block's cost stays convex in its rows; docs/interpretations.md)."""
+        t_lo, t_hi = np.asarray(t_lo, dtype=float), np.asarray(t_hi, dtype=float)
+        npix = self.out_w * self.out_h
+        rate = np.minimum.reduce([self.rows(t)[1] / t for t in (t_lo, np.clip(npix, t_lo, t_hi), t_hi)])
+        return replace(self, rate=rate)
 
     def rows(self, t: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(output rows, input rows) a block of t rows (output pixels) of one group touches; a block
@@ -254,6 +287,8 @@ class FillShape:
         rows_out = (t + self.out_w - 1) / self.out_w
         within = np.minimum((rows_out - 1) * self.sh + self.kh, self.in_h)
         across = t / npix * self.in_h + np.maximum(self.kh - self.sh, 0)
+        if self.rate is not None:
+            return rows_out, self.rate * t
         return rows_out, np.where(t <= npix, within, across)
 
     def words(self, t: ArrayLike) -> np.ndarray:
@@ -1133,15 +1168,20 @@ def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple
     bound is the cycles, bit for bit, unless the skew delays a block (then it is below them).
     """
     at_hi = layer_parts(setup, hi)
+    return at_hi.cycles(setup), layer_cycles_low(setup, lo, hi, at_hi)
+
+
+def layer_cycles_low(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike, at_hi: LayerParts | None = None) -> np.ndarray:
+    """`layer_cycles_bound`'s lower bound alone (`at_hi`: the parts at hi, where already priced)."""
     free = without_port_skew(setup)
-    free_hi = at_hi if free is setup else layer_parts(free, hi)
+    free_hi = at_hi if free is setup and at_hi is not None else layer_parts(free, hi)
     rb_lo = row_blocks(free, lo)
     rb_hi = row_blocks(free, hi)
     groups = np.where(setup.npass == 1, setup.h, setup.g)
     skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, groups)
     low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo) + skew,
                      np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
-    return at_hi.cycles(setup), low.cycles(free)
+    return low.cycles(free)
 
 
 def layer_cycles(
@@ -1176,15 +1216,15 @@ def layer_cycles(
 
 def descriptor_cycles(TR: int, TP: int, TC: int, bytes_per_cycle: float, geometry, b: int, BR: int, k_code: int,
                       timing: EngineTiming = DEFAULT_TIMING, exact: bool = True, ports: int = 1,
-                      banks: int | None = None) -> int:
+                      banks: int | None = None, buffered: bool = False) -> int:
     """Cycles of one layer given as a layer descriptor's geometry (npix, P, cout, in_h, in_w, out_h,
     out_w, kh, kw, sh, sw, ph, pw) on an engine with `ports` AXI ports of `bytes_per_cycle` each: how
     the RTL agreement and the bit-accurate ModelDevice price a layer. `exact`: input reads at their
     actual alignments (im2col_row_reads); False: at their average alignment, as the DSE prices GEMM shapes.
-    A geometry whose `buffered` is true is priced as an NPU with the block input buffer runs it."""
+    `buffered`: priced as an NPU with the block input buffer runs it (its FBCB entry's BUFFERED bit)."""
     g = geometry
     inside = im2col_inside((g.in_h, g.in_w), (g.out_h, g.out_w), (g.kh, g.kw), (g.sh, g.sw), (g.ph, g.pw))
-    fill = fill_shape(g, TP, TC) if getattr(g, "buffered", False) else None
+    fill = fill_shape(g, TP, TC) if buffered else None
     return int(layer_cycles(TR, TP, TC, g.npix, g.P, g.cout, 1, b, BR, k_code, ports * bytes_per_cycle, timing,
                             taps=g.kh * g.kw, port_bytes=bytes_per_cycle, inside=inside,
                             geometry=g if exact else None, ports=ports, banks=banks, fill=fill))

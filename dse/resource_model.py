@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
+from fluidnpu.dse.perf_model import windows
 from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, buffer_window, chain_count,
                                 fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words)
 
@@ -149,6 +150,58 @@ def input_buffer_bram36(TP: int, words: float) -> float:
     return buffer_banks(TP) * float(bram36_for(np.asarray(2 * rows), 16 * BUFFER_LANES))
 
 
+# The block input buffer beside the engine (hw/buffered_input.py), fitted on Yosys `synth_xilinx`
+# (docs/figures/resources/input_buffer_points.json): InputBuffer at TP 7 / 14 / 28 and 4,096 / 32,768 /
+# 146,944 words a half, its FillWalker, and the control unit <256, 14, 4> with and without the buffer,
+# whose difference less those two is the join (region table, pairing FIFO, run slices).
+BUFFER_LUT_BASE = 998.0            # the rotator's and shift's control, the fill port
+BUFFER_LUT_PER_BANK = 210.5        # a bank's write and read multiplexing, its rotator input
+BUFFER_LUT_PER_DEEP_BRAM36 = 30.6  # each BRAM36 of a bank past 4: Yosys cascades them in depth behind a read mux
+BUFFER_FF_PER_LANE = 32            # the 2 TP answer words, registered
+BUFFER_FF_BASE = 64
+BUFFER_WALKER = (610, 283)         # FillWalker (LUT, FF)
+BUFFER_JOIN = (2_099, 1_307)       # the join in the control unit (LUT, FF)
+BUFFER_ROWS_PER_BRAM36 = 256       # a bank's rows of both halves: 512 x 64 bits a BRAM36
+
+
+def buffer_banks_of(TP: np.ndarray) -> np.ndarray:
+    """`regmap.buffer_banks` of every TP in an array (a window is banks x BUFFER_LANES words)."""
+    return windows(TP) // BUFFER_LANES
+
+
+def input_buffer_words(TP: np.ndarray, per_bank: np.ndarray) -> np.ndarray:
+    """Words a half of a block input buffer holds at `per_bank` BRAM36 a bank (the inverse of
+    `input_buffer_bram36`): each BRAM36 holds 256 rows of each half, a row a window."""
+    return BUFFER_ROWS_PER_BRAM36 * np.asarray(per_bank) * windows(TP)
+
+
+def input_buffer_logic(TP: np.ndarray, per_bank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the block input buffer, its fill walker and its join to the control unit, at
+    `per_bank` BRAM36 a bank."""
+    banks = buffer_banks_of(TP)
+    lut = (BUFFER_JOIN[0] + BUFFER_WALKER[0] + BUFFER_LUT_BASE + BUFFER_LUT_PER_BANK * banks
+           + BUFFER_LUT_PER_DEEP_BRAM36 * banks * np.maximum(np.asarray(per_bank) - 4, 0))
+    ff = BUFFER_JOIN[1] + BUFFER_WALKER[1] + BUFFER_FF_BASE + BUFFER_FF_PER_LANE * np.asarray(TP)
+    return np.ceil(lut), ff
+
+
+def buffer_room(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int,
+                stackable: bool, *, banks: int | None = None, ports: int | None = None) -> np.ndarray:
+    """BRAM36 a bank the largest block input buffer a design leaves room for may take (0: none fits):
+    the BRAM its memories leave under the ceiling, as deep as its LUTs (the deep banks' read muxes)
+    and FFs allow."""
+    bram, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks,
+                        port_bits=board.hp_width_bits, buffer=True)
+    nb = buffer_banks_of(TP)
+    by_bram = np.floor((board.limit("bram36") - np.where(mem_ok, bram, np.inf)) / nb)
+    lut4, bff = input_buffer_logic(TP, 4)
+    lut_left = board.limit("lut") - lut - lut4
+    by_lut = np.where(lut_left >= 0, 4 + np.floor(np.maximum(lut_left, 0) / (BUFFER_LUT_PER_DEEP_BRAM36 * nb)), 0)
+    ok = (ff + bff <= board.limit("ff"))
+    return np.where(ok, np.maximum(np.minimum(by_bram, by_lut), 0), 0).astype(np.int64)
+
+
 def uram_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
     depth = np.asarray(depth)
     return np.where(depth > 0, -(-depth // URAM_DEPTH) * -(-np.asarray(width) // URAM_WIDTH), 0)
@@ -228,11 +281,11 @@ def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
     return np.asarray(nmax(np.asarray(TP), np.asarray(TC)))
 
 
-def fbcb_lutram(n_layers: int, bmax: int) -> int:
+def fbcb_lutram(n_layers: int, bmax: int, buffer: bool = False) -> int:
     """LUTs of the FBCB memory (L*Bmax entries of fbcb_entry_bits), which the RTL keeps in distributed
     RAM: a RAM32M is 32 x 6 bits and a RAM64M 64 x 3 bits, 4 LUTs each (the paper keeps the FBCB
     in registers; `Resources.fbcb_ff` gives that count for comparison)."""
-    depth, width = n_layers * bmax, fbcb_entry_bits(bmax)
+    depth, width = n_layers * bmax, fbcb_entry_bits(bmax, buffer)
     return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
 
 
@@ -259,16 +312,17 @@ def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-                  banks: int | None = None, port_bits: int = 64) -> tuple[np.ndarray, np.ndarray]:
+                  banks: int | None = None, port_bits: int = 64, buffer: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, registers (with the FBCB), top glue and the DMA
-    with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports) of `port_bits`."""
+    with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports) of `port_bits`;
+    `buffer`: the FBCB entries carry the BUFFERED bit (the buffer itself: `input_buffer_logic`)."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
     dl, df = dma_logic(nmax, axi_ports, costs, port_bits)
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
-           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax) + dl)
+           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax, buffer) + dl)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
-          + costs.ff_per_bank * nb + fbcb_entry_bits(bmax) + df)
+          + costs.ff_per_bank * nb + fbcb_entry_bits(bmax, buffer) + df)
     return lut, ff
 
 
@@ -310,12 +364,12 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
               costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-              banks: int | None = None, port_bits: int = 64) -> tuple[np.ndarray, np.ndarray]:
+              banks: int | None = None, port_bits: int = 64, buffer: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use). `port_bits`
     (the AXI ports' data width) adds what the 64-bit-port fit leaves out; the FPGA family adds
     nothing (WidePortCosts)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks, port_bits=port_bits)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks, port_bits=port_bits, buffer=buffer)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
     return np.ceil(cl + el), np.ceil(cf + ef)
 
@@ -344,27 +398,37 @@ class Resources:
 
 
 def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layers: int, stackable: bool, *,
-                     banks: int | None = None, ports: int | None = None) -> Resources:
+                     banks: int | None = None, ports: int | None = None, input_buffer: int = 0) -> Resources:
     """Resources of one design (scalar convenience around the vector model); `ports`: its AXI
-    masters (None: the board's, `Board.npu_axi_ports`)."""
+    masters (None: the board's, `Board.npu_axi_ports`); `input_buffer`: words a half of its block
+    input buffer (0: none)."""
     bram, uram, placement = memory_placement(TR, TP, TC, board, bmax, banks=banks)
+    buffer = input_buffer > 0
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable,
                         axi_ports=ports or board.npu_axi_ports, banks=banks,
-                        port_bits=board.hp_width_bits)
+                        port_bits=board.hp_width_bits, buffer=buffer)
+    if buffer:
+        ram = input_buffer_bram36(TP, input_buffer)
+        bl, bf = input_buffer_logic(np.array(TP), ram / int(buffer_banks_of(np.array(TP))))
+        bram, lut, ff = bram + ram, lut + bl, ff + bf
     return Resources(dsp=int(TP * TC), bram36=bram, uram=uram, lut=int(lut), ff=int(ff),
-                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax), placement=placement)
+                     fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax, buffer), placement=placement)
 
 
 def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int,
                      n_layers: int, stackable: bool, *, banks: int | None = None,
-                     ports: int | None = None) -> np.ndarray:
+                     ports: int | None = None, buffer: bool = False) -> np.ndarray:
     """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource
-    (`ports` AXI masters; None: the board's)."""
+    (`ports` AXI masters; None: the board's); `buffer`: with room for a block input buffer of at least
+    a BRAM36 a bank (`buffer_room`)."""
     _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
     lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks,
                         port_bits=board.hp_width_bits)
-    return (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
-            & (ff <= board.limit("ff")))
+    ok = (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
+          & (ff <= board.limit("ff")))
+    if buffer:
+        ok = ok & (buffer_room(TR, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports) >= 1)
+    return ok
 
 
 def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = None) -> list[str]:
@@ -400,7 +464,7 @@ def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = 
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
-           tr_cap: int, *, banks: int | None = None, ports: int | None = None) -> np.ndarray:
+           tr_cap: int, *, banks: int | None = None, ports: int | None = None, buffer: bool = False) -> np.ndarray:
     """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
 
     Memory use is monotone in TR, so a vectorised binary search is exact.
@@ -413,6 +477,6 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
         if not active.any():
             return lo
         mid = (lo + hi) // 2
-        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports)
+        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)

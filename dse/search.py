@@ -21,16 +21,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
-                                     layer_cycles_bound, layer_edge, layer_inside, layer_parts, layer_setup,
-                                     mode_costs)
-from fluidnpu.dse.resource_model import (Resources, buffers_bram36, design_resources, feasible_designs, max_tr,
-                                         over_limits)
+from fluidnpu.dse.buffer_fit import block_words
+from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
+                                     layer_cycles_bound, layer_cycles_low, layer_edge, layer_inside, layer_parts, layer_setup,
+                                     mode_costs, row_blocks, windows)
+from fluidnpu.dse.resource_model import (Resources, buffer_banks_of, buffer_room, buffers_bram36, design_resources,
+                                         feasible_designs, input_buffer_bram36, input_buffer_words, max_tr, over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
 from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.errors import FluidError
@@ -64,6 +65,7 @@ class DSEOptions:
     timing: EngineTiming = DEFAULT_TIMING
     banks: int | None = None     # input banks NB; None: search every count the batching can use
     ports: int | None = None     # AXI masters P; None: search 1 .. the board's HP ports
+    buffer: bool | None = None   # a block input buffer built; None: search both (a generator parameter)
 
     def batch_weights(self) -> np.ndarray:
         if self.fixed_batch is not None:
@@ -97,9 +99,19 @@ class DSEOptions:
         """Stackable PEs of a design given without a search: the option, else built."""
         return self.stackable if self.stackable is not None else True
 
-    def resolved(self, stackable: bool) -> "DSEOptions":
-        """These options for one design space: Stackable PEs built or not."""
-        return replace(self, stackable=stackable)
+    def resolved(self, stackable: bool, buffer: bool | None = None) -> "DSEOptions":
+        """These options for one design space: Stackable PEs built or not, a block input buffer or not
+        (None: as the options say)."""
+        return replace(self, stackable=stackable, buffer=self.buffer if buffer is None else buffer)
+
+    def buffer_options(self) -> list[bool]:
+        """Whether the NPU has a block input buffer, the options the search tries: none first (fewer
+        resources, so ties go to it)."""
+        return [self.buffer] if self.buffer is not None else [False, True]
+
+    def given_buffer(self) -> bool:
+        """A block input buffer in a design given without a search: the option, else none."""
+        return bool(self.buffer)
 
     def port_options(self, board: Board) -> list[int]:
         """The AXI master counts P the search tries, fewest first (ties go to fewer ports)."""
@@ -136,20 +148,29 @@ class Choice:
     k_code: int
     serial: bool = False
     fc_only: bool | None = None  # None: any layer; True: FC layers only; False: non-FC only
+    buffered: bool = False       # the layer's input runs from the block input buffer (its FBCB BUFFERED bit)
+
+    @property
+    def mode_key(self) -> int | tuple[int, bool]:
+        """Its costs in a `modes_of` dict: by k code; buffered, by (k code, True)."""
+        return (self.k_code, True) if self.buffered else self.k_code
 
 
-def choices(batching: str, b: int, stackable: bool) -> list[Choice]:
-    """Candidate <BR, k> for batch b under a batching mode, in tie-break order."""
+def choices(batching: str, b: int, stackable: bool, buffer: bool = False) -> list[Choice]:
+    """Candidate <BR, k> for batch b under a batching mode, in tie-break order; `buffer`: each also
+    buffered, after all those from DDR (so ties go to DDR)."""
     ks = k_codes(stackable)
     if batching == "fluid":
-        return [Choice(BR, k) for k in ks for BR in range(b, 0, -1)]
-    if batching == "r":
-        return [Choice(b, k) for k in ks]
-    if batching == "p":
-        return [Choice(1, k) for k in ks]
-    if batching == "fc":
-        return [Choice(b, k, fc_only=True) for k in ks] + [Choice(1, k, serial=True, fc_only=False) for k in ks]
-    raise FluidError(f"unknown batching {batching!r}")
+        out = [Choice(BR, k) for k in ks for BR in range(b, 0, -1)]
+    elif batching == "r":
+        out = [Choice(b, k) for k in ks]
+    elif batching == "p":
+        out = [Choice(1, k) for k in ks]
+    elif batching == "fc":
+        out = [Choice(b, k, fc_only=True) for k in ks] + [Choice(1, k, serial=True, fc_only=False) for k in ks]
+    else:
+        raise FluidError(f"unknown batching {batching!r}")
+    return out + [replace(ch, buffered=True) for ch in out] if buffer else out
 
 
 def layer_taps(layer: Layer) -> int:
@@ -175,6 +196,7 @@ class LayerShapes:
     inside: np.ndarray        # fraction of im2col runs outside the zero padding
     kw: np.ndarray            # taps in a kernel row: their crossings may be read as one run
     edge: np.ndarray          # fraction of those crossings at the padding's edge (never one run)
+    fill_geometry: tuple[np.ndarray, ...] = ()   # out_w, out_h, in_h, sh, kh, row words: a buffered layer's fill
 
     @classmethod
     def of(cls, layers: Sequence[Layer]) -> "LayerShapes":
@@ -185,27 +207,56 @@ class LayerShapes:
                    row([layer_taps(x) for x in layers]),
                    np.asarray([layer_inside(x) for x in layers], dtype=float)[None, :],
                    row([layer_kw(x) for x in layers]),
-                   np.asarray([layer_edge(x) for x in layers], dtype=float)[None, :])
+                   np.asarray([layer_edge(x) for x in layers], dtype=float)[None, :],
+                   tuple(row(list(v)) for v in zip(*(fill_geometry(x) for x in layers))))
+
+    def fills(self, TP: np.ndarray, TC: np.ndarray) -> FillShape:
+        """Every layer's fill, were it buffered, on designs <TP, TC> (column vectors)."""
+        return FillShape.of(TP, TC, *self.fill_geometry)
+
+
+def fill_geometry(layer: Layer) -> tuple[int, int, int, int, int, int]:
+    """What the fill walker reads of a layer's input (hw/fill_walker.py): out_w, out_h, in_h, the vertical
+    stride and kernel, and the words of an input row (in_w x channels)."""
+    return (layer.out_hw[1], layer.out_hw[0], layer.in_hw[0], layer.stride[0], layer.kernel[0],
+            layer.in_hw[1] * layer.in_ch)
 
 
 def modes_of(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
              timing: EngineTiming, fill: FillShape | None = None) -> dict[int, ModeCosts]:
     """The Stackable-PE modes' TR- and batch-free costs of every (design, layer), on the bus as
-    layer_cycles sees it (words of the engine's timing); `fill`: every layer buffered (a what-if: the
-    DSE does not price buffered layers yet, docs/interpretations.md)."""
+    layer_cycles sees it (words of the engine's timing); `fill`: every layer buffered."""
     bus = replace(bus, word_bytes=timing.word_bytes)
     return {k: mode_costs(TP, TC, shapes.R, shapes.P, shapes.C, k, bus, timing, shapes.taps, shapes.inside,
                           kw=shapes.kw, edge=shapes.edge, fill=fill)
             for k in k_codes}
 
 
-def choice_setup(modes: dict[int, ModeCosts], shapes: LayerShapes, b: int, ch: Choice, banks: int,
+def buffered_modes(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes: Sequence[int], bus: Bus,
+                   timing: EngineTiming, fill: FillShape | None = None) -> dict[tuple[int, bool], ModeCosts]:
+    """The modes of every layer buffered, keyed as buffered choices look them up (`Choice.mode_key`);
+    `fill`: another fill than the layers' own (the bound's `FillShape.linear`)."""
+    modes = modes_of(TP, TC, shapes, k_codes, bus, timing, fill=fill or shapes.fills(TP, TC))
+    return {(k, True): m for k, m in modes.items()}
+
+
+def choice_setup(modes: dict, shapes: LayerShapes, b: int, ch: Choice, banks: int,
                  BR: np.ndarray | None = None) -> LayerSetup:
     """A choice's groups and passes on an engine of `banks` input banks; a serial choice is one sample
-    (its cycles count b times). `BR`: several splits of the choice's kind at once (`split_stacks`)."""
+    (its cycles count b times). `modes`: by `Choice.mode_key`. `BR`: several splits of the choice's kind
+    at once (`split_stacks`)."""
     split = ch.BR if BR is None else BR
-    return layer_setup(modes[ch.k_code], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else split,
+    return layer_setup(modes[ch.mode_key], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else split,
                        banks)
+
+
+def buffered_cycles(setup: LayerSetup, TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes,
+                    depth: np.ndarray) -> np.ndarray:
+    """Cycles of a buffered choice at TR, inf where a block may not fit a half of `depth` words
+    (`buffer_fit.block_words`: never below what the RTL's blocks need)."""
+    rb = row_blocks(setup, TR)
+    fits = block_words(shapes.fills(TP, TC), setup, rb, TP) <= depth
+    return np.where(fits, layer_parts(setup, TR).cycles(setup), np.inf)
 
 
 def split_stacks(cands: list[Choice]) -> list[tuple[Choice, np.ndarray | None]]:
@@ -231,20 +282,55 @@ def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.nda
     return cyc
 
 
+def buffered_low(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, shapes: LayerShapes,
+                 fill: FillShape, most: np.ndarray, reprice: Callable[[FillShape], LayerSetup]) -> np.ndarray:
+    """A lower bound on a buffered choice's cycles at every TR in [lo, hi] (docs/interpretations.md,
+    "The DSE's buffered bound"). The TRs at which its blocks may fit are a prefix of the range (blocks
+    grow with TR, the room shrinks: `most`, the room at lo, bounds it), found by binary search on the
+    blocks alone; past it the choice does not exist (inf). On the prefix, the choice repriced
+    (`reprice`) with a fill linear in a block's rows and below the layer's own on the blocks it holds
+    (`FillShape.linear`), so that a block's cost stays convex in its rows and `layer_cycles_low` holds."""
+    shape = np.broadcast(setup.g, lo, setup.R).shape
+
+    def fits(TR: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(block_words(fill, setup, row_blocks(setup, TR), TP) <= most, shape)
+    at_lo, at_hi = fits(lo), fits(hi)     # most ranges are settled at their ends
+    fit = np.where(at_hi, hi, lo - 1) + np.zeros(shape, dtype=np.int64)
+    miss = np.where(at_hi, hi + 1, np.where(at_lo, hi, lo)) + np.zeros(shape, dtype=np.int64)
+    fit = np.where(at_lo & ~at_hi, lo, fit)
+    if not at_lo.any():
+        return np.full(shape, np.inf)
+    while (open_ := miss - fit > 1).any():
+        mid = (fit + miss) // 2
+        ok = fits(mid)
+        fit, miss = np.where(open_ & ok, mid, fit), np.where(open_ & ~ok, mid, miss)
+    top = np.maximum(fit, lo)
+    rb_lo, rb_hi = row_blocks(setup, lo), row_blocks(setup, top)
+    t_lo = np.maximum(np.minimum(rb_lo.t0_full, rb_lo.t0_last), 1)
+    t_hi = np.maximum(np.maximum(rb_hi.t0_full, rb_hi.t0_last), t_lo)
+    low = layer_cycles_low(reprice(fill.linear(t_lo, t_hi)), lo, top)
+    return np.where(fit >= lo, low, np.inf)
+
+
 def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
-                  bus: Bus, timing: EngineTiming, banks: int) -> np.ndarray:
-    """Cycles of every (design, layer) under one choice; inf where it does not apply."""
+                  bus: Bus, timing: EngineTiming, banks: int, depth: ArrayLike = 0) -> np.ndarray:
+    """Cycles of every (design, layer) under one choice; inf where it does not apply (a buffered one
+    where its blocks may not fit halves of `depth` words)."""
+    if ch.buffered:
+        setup = choice_setup(buffered_modes(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
+        return _applies(buffered_cycles(setup, TR, TP, TC, shapes, np.asarray(depth)), shapes, b, ch)
     setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
     return _applies(layer_parts(setup, TR).cycles(setup), shapes, b, ch)
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
-                bus: Bus, timing: EngineTiming, banks: int) -> tuple[np.ndarray, np.ndarray]:
-    """(min cycles, index of the winning choice) over the candidates, per (design, layer)."""
+                bus: Bus, timing: EngineTiming, banks: int, depth: ArrayLike = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(min cycles, index of the winning choice) over the candidates, per (design, layer); `depth`: words
+    a half of the design's block input buffer (for buffered candidates)."""
     best = None
     arg = None
     for i, ch in enumerate(cands):
-        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing, banks)
+        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing, banks, depth)
         if best is None:
             best, arg = cyc, np.zeros(cyc.shape, dtype=np.int64)
         else:
@@ -266,6 +352,8 @@ class Scorer:
     clock_mhz: float
     macs: float
     banks: int               # the engines' input banks NB
+    room: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None
+    # words a half of the largest block input buffer a design <TR, TP, TC> fits (None: none built)
 
     def score_bound(self, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, TC: np.ndarray,
                     threshold: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
@@ -281,6 +369,11 @@ class Scorer:
         (`peak_bound`), still reaches it; the others get that partial bound, which is below the
         threshold, and score -inf. Ranges that cannot win (a losing port or bank count, most of
         all) are so dropped for a fraction of their price.
+
+        With a block input buffer (`room`), each layer may also run buffered where its blocks fit the
+        buffer the design at hi has room for; over the range, a buffered choice is bounded by the same
+        choice with its fills reading nothing (`buffered_modes(free=True)`: fills only add cycles) and
+        no fit required.
         """
         opts = self.options
         weights = opts.batch_weights()
@@ -297,13 +390,27 @@ class Scorer:
             if w == 0 or live.size == 0:
                 continue
             col = (lo[live, None], hi[live, None])
-            modes = modes_of(TP[live, None], TC[live, None], self.shapes, k_codes(opts.given_stackable()), self.bus,
-                             opts.timing)
+            tp, tc = TP[live, None], TC[live, None]
+            ks = k_codes(opts.given_stackable())
+            modes: dict = modes_of(tp, tc, self.shapes, ks, self.bus, opts.timing)
+            buffer = self.room is not None
+            if buffer:
+                modes |= buffered_modes(tp, tc, self.shapes, ks, self.bus, opts.timing)
+                fill = self.shapes.fills(tp, tc)
+                depth = self.room(col[1], tp, tc)
+                most = self.room(col[0], tp, tc)      # the room shrinks as TR grows
             best_hi = best_lo = None
-            for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable())):
+            for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable(), buffer)):
                 setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR)
-                at_hi, low = (_applies(c if BR is None else c.min(axis=0), self.shapes, b, ch)
-                              for c in layer_cycles_bound(setup, *col))
+                if ch.buffered:
+                    def reprice(f: FillShape, ch: Choice = ch, BR: np.ndarray | None = BR) -> LayerSetup:
+                        return choice_setup(buffered_modes(tp, tc, self.shapes, (ch.k_code,), self.bus, opts.timing,
+                                                           f), self.shapes, b, ch, self.banks, BR)
+                    cyc = (buffered_cycles(setup, col[1], tp, tc, self.shapes, depth),
+                           buffered_low(setup, *col, tp, self.shapes, fill, most, reprice))
+                else:
+                    cyc = layer_cycles_bound(setup, *col)
+                at_hi, low = (_applies(c if BR is None else c.min(axis=0), self.shapes, b, ch) for c in cyc)
                 best_hi = at_hi if best_hi is None else np.minimum(best_hi, at_hi)
                 best_lo = low if best_lo is None else np.minimum(best_lo, low)
             gop = w * 2.0 * b * self.macs * self.clock_mhz * 1e6 / 1e9
@@ -330,6 +437,7 @@ class LayerPlan:
     BR: list[list[int]]
     k_code: list[list[int]]
     serial: list[list[bool]]
+    buffered: list[list[bool]] = field(default_factory=list)   # input runs from the block input buffer
 
 
 @dataclass
@@ -354,6 +462,7 @@ class DSEResult:
     timing_proxy: TimingEstimate | None = None   # longest path in LUT levels (dse/timing_model.py)
     NB: int = 2                      # input banks of the engine (a generator parameter the DSE chooses)
     ports: int = 1                   # AXI masters P (a generator parameter the DSE chooses)
+    input_buffer: int = 0            # words a half of the block input buffer (0: none; the DSE chooses)
 
     def segment_cycles(self) -> list[list[int]]:
         """Nexits x Bmax: cycles of each exit segment (backbone part + exit head) at each b."""
@@ -432,7 +541,7 @@ def split_ranges(pair: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
                      progress: ProgressFn | None = None, floor: float = -np.inf,
-                     ties: bool = False) -> SearchOutcome:
+                     ties: bool = False, shared: "SharedFloor | None" = None) -> SearchOutcome:
     """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
     so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
 
@@ -445,7 +554,9 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
 
     `floor`: a score already found elsewhere (another bank or port count); only designs scoring
     above it are sought (`ties`: or equal to it, when this space comes earlier in the tie order):
-    the outcome's score is then <= floor (< floor with `ties`) when there is none.
+    the outcome's score is then <= floor (< floor with `ties`) when there is none. `shared`: the best
+    score the other spaces have found so far, read each round as a higher floor and told this
+    space's best (every design that ties the optimum still reaches it, so the pick does not change).
     """
 
     def above(x: np.ndarray | float) -> np.ndarray:
@@ -466,6 +577,8 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     lo, hi = np.ones(pair.size, dtype=np.int64), tr_max[pair].astype(np.int64)
     best, key = -np.inf, (0, 0, 0)
     while pair.size:
+        if shared is not None:
+            floor = max(floor, shared.get())
         # a range whose bound is below a design already scored (the seeds', the best so far) or
         # the floor holds no winner: its batch sizes stop being priced once that shows
         score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair], threshold=max(best, floor, seed_best))
@@ -478,6 +591,8 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
         pair_score[pairs[better]], pair_tr[pairs[better]] = score[cand[better]], hi[cand[better]]
         i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
         best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
+        if shared is not None and np.isfinite(best):
+            shared.offer(float(best))
         if above(best):
             live = (bound > best) | ((bound >= reach(best)) & _before(TP[pair], TC[pair], lo, key))
         else:
@@ -501,18 +616,21 @@ class Space:
     TP: np.ndarray
     TC: np.ndarray
     tr_max: np.ndarray
+    buffer: bool = False
 
     @property
-    def tie_key(self) -> tuple[int, int, bool]:
-        """Ties between spaces go to fewer ports, then fewer banks, then plain PEs (fewer LUTs)."""
-        return self.ports, self.banks, self.stackable
+    def tie_key(self) -> tuple[int, int, bool, bool]:
+        """Ties between spaces go to fewer ports, then fewer banks, then plain PEs (fewer LUTs), then
+        no block input buffer."""
+        return self.ports, self.banks, self.stackable, self.buffer
 
 
 def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list[Space]:
-    """Every (P, NB, stackable) the options allow with the <TP, TC> that fit it, in the order
+    """Every (P, NB, stackable, buffer) the options allow with the <TP, TC> that fit it, in the order
     `explore` searches them: most ports first (the board's full bandwidth usually scores best, so
     its score prunes the others on their bounds), then fewest banks, Stackable PEs first (they win
-    on most boards, so the plain spaces are searched against their score)."""
+    on most boards, so the plain spaces are searched against their score), a buffer first (it wins
+    where it fits: each layer may still run from DDR)."""
     layers = workload.layers()
     TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
@@ -520,9 +638,11 @@ def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list
     for p in sorted(options.port_options(board), reverse=True):
         for nb in options.bank_options():
             for st in sorted(options.stackable_options(), reverse=True):
-                tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), st, tr_cap, banks=nb, ports=p)
-                keep = tr_max >= 1
-                spaces.append(Space(p, nb, st, TP_all[keep], TC_all[keep], tr_max[keep]))
+                for buf in sorted(options.buffer_options(), reverse=True):
+                    tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), st, tr_cap, banks=nb, ports=p,
+                                    buffer=buf)
+                    keep = tr_max >= 1
+                    spaces.append(Space(p, nb, st, TP_all[keep], TC_all[keep], tr_max[keep], buf))
     return spaces
 
 
@@ -536,10 +656,22 @@ class SpaceOutcome:
     n_scored: int
 
 
+def buffer_words_fn(board: Board, bmax: int, n_layers: int, stackable: bool, banks: int,
+                    ports: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """Words a half of the largest block input buffer each design <TR, TP, TC> of a space fits
+    (`resource_model.buffer_room`)."""
+    def words(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
+        return input_buffer_words(TP, buffer_room(TR, TP, TC, board, bmax, n_layers, stackable, banks=banks,
+                                                  ports=ports))
+    return words
+
+
 def space_scorer(sp: Space, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions, board: Board,
-                 clock: float, macs: float) -> Scorer:
-    """The scorer of one space's designs (its PE kind, port count and bank count)."""
-    return Scorer(shapes, counts, options.resolved(sp.stackable), board.bus(clock, sp.ports), clock, macs, sp.banks)
+                 clock: float, macs: float, n_layers: int) -> Scorer:
+    """The scorer of one space's designs (its PE kind, port count, bank count and buffer)."""
+    room = buffer_words_fn(board, options.bmax, n_layers, sp.stackable, sp.banks, sp.ports) if sp.buffer else None
+    return Scorer(shapes, counts, options.resolved(sp.stackable, sp.buffer), board.bus(clock, sp.ports), clock, macs,
+                  sp.banks, room)
 
 
 def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
@@ -552,14 +684,36 @@ def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
 
 
 def search_space(sp: Space, floor: float, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
-                 board: Board, clock: float, macs: float,
+                 board: Board, clock: float, macs: float, n_layers: int,
                  progress: Callable[[int], None] | None = None) -> SpaceOutcome:
     """Branch and bound over one space, keeping the designs that reach `floor` (ties included: the
     tie order between spaces is settled when their outcomes meet). `progress(done)`: designs settled."""
-    scorer = space_scorer(sp, shapes, counts, options, board, clock, macs)
+    scorer = space_scorer(sp, shapes, counts, options, board, clock, macs, n_layers)
     step = (lambda d, _t: progress(d)) if progress else None
-    out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=floor, ties=True)
+    out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=floor, ties=True, shared=_SHARED_FLOOR)
     return SpaceOutcome(out if out.score >= floor else None, sp, out.n_scored)
+
+
+class SharedFloor:
+    """The best score any space of one search has found so far, in shared memory: forked workers
+    inherit it (`_SHARED_FLOOR`), so each space is searched against the others' progress."""
+
+    def __init__(self, value: float) -> None:
+        import multiprocessing
+
+        self._value = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                                  else None).Value("d", value)
+
+    def get(self) -> float:
+        return float(self._value.value)
+
+    def offer(self, score: float) -> None:
+        with self._value.get_lock():
+            if score > self._value.value:
+                self._value.value = score
+
+
+_SHARED_FLOOR: SharedFloor | None = None   # set by `explore` while it runs (a fork pool's workers inherit it)
 
 
 def _fork_pool(workers: int):
@@ -576,28 +730,9 @@ def _fork_pool(workers: int):
     return ProcessPoolExecutor(min(workers, cores), mp_context=multiprocessing.get_context("fork"))
 
 
-def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
-            progress: ProgressFn | None = None) -> DSEResult:
-    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P, bank count NB
-    and PE kind, scored or bounded) and return the best design with its tables. `progress(done,
-    total)`: designs settled of all that fit.
-
-    Every space is searched against one floor, the best seed design of the first space
-    (`seed_floor`), so the spaces are independent: where the search is large and cores are free
-    they run in forked workers, each taking the next space as it finishes one, and the outcome
-    (pick, runners-up, designs scored) is the same as one after the other. The best wins, ties
-    to the space earlier in the tie order."""
-    options.validate(board)
-    t0 = time.perf_counter()
-    clock = options.clock_mhz or board.clock_mhz
-    spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
-    n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
-    if n_total == 0:
-        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
-    reps, counts = unique_layers(workload.layers())
-    shapes = LayerShapes.of(reps)
-    args = (shapes, counts, options, board, clock, float(workload.total_macs))
-    floor, n_seed = seed_floor(spaces[0], space_scorer(spaces[0], *args))
+def _search_spaces(spaces: list[Space], floor: float, args: tuple[Any, ...], n_total: int,
+                   progress: ProgressFn | None) -> list[SpaceOutcome]:
+    """Every space searched from `floor`, in forked workers where the search is large and cores are free."""
     pool = _fork_pool(len(spaces)) if len(spaces) > 1 and n_total >= PARALLEL_DESIGNS else None
     if pool is None:
         outcomes, base = [], 0
@@ -611,7 +746,7 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
         with pool:
             # Stackable spaces at the most ports first: the near ties, the longest searches, start
             # early and the short ones fill in behind them
-            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, -sp.ports, sp.banks))
+            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, not sp.buffer, -sp.ports, sp.banks))
             futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in heavy_first}
             done = 0
             for fut in as_completed(futures):
@@ -619,6 +754,37 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
                 if progress:
                     progress(done, n_total)
             outcomes = [fut.result() for fut in futures]   # the pick does not depend on their order
+    return outcomes
+
+
+def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions(),
+            progress: ProgressFn | None = None) -> DSEResult:
+    """Run the exhaustive DSE (every <TR, TP, TC> that fits at every port count P, bank count NB
+    and PE kind, scored or bounded) and return the best design with its tables. `progress(done,
+    total)`: designs settled of all that fit.
+
+    Every space is searched against one floor, at first the best seed design of the first space
+    (`seed_floor`), then the best any space has found so far (`SharedFloor`): where the search is
+    large and cores are free they run in forked workers, each taking the next space as it finishes
+    one, and the pick is the same as one after the other (the runners-up, designs the search
+    scored, may differ). The best wins, ties to the space earlier in the tie order."""
+    global _SHARED_FLOOR
+    options.validate(board)
+    t0 = time.perf_counter()
+    clock = options.clock_mhz or board.clock_mhz
+    spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
+    n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
+    if n_total == 0:
+        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
+    reps, counts = unique_layers(workload.layers())
+    shapes = LayerShapes.of(reps)
+    args = (shapes, counts, options, board, clock, float(workload.total_macs), len(workload.layers()))
+    floor, n_seed = seed_floor(spaces[0], space_scorer(spaces[0], *args))
+    _SHARED_FLOOR = SharedFloor(floor)
+    try:
+        outcomes = _search_spaces(spaces, floor, args, n_total, progress)
+    finally:
+        _SHARED_FLOOR = None
     if progress:
         progress(n_total, n_total)
     # the best score; a tie goes to the space earlier in the tie order (fewer ports, banks, plain PEs)
@@ -626,26 +792,30 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
                key=lambda o: (o.found.score, [-k for k in o.space.tie_key]))  # type: ignore[union-attr]
     found, sp = best.found, best.space
     assert found is not None and sp is not None
-    result = _finish(workload, board, options.resolved(sp.stackable), clock, found.TR, found.TP, found.TC, found.score,
-                     n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)
+    result = _finish(workload, board, options.resolved(sp.stackable, sp.buffer), clock, found.TR, found.TP, found.TC,
+                     found.score, n_designs=n_total, t0=t0, banks=sp.banks, ports=sp.ports)
     result.n_scored = n_seed + sum(o.n_scored for o in outcomes)
     # the other pairs the search scored exactly (those dropped on their bound have no score)
     others = [j for j in np.lexsort((found.pair_tr, sp.TC, sp.TP, -found.pair_score))
               if np.isfinite(found.pair_score[j]) and (sp.TP[j], sp.TC[j]) != (found.TP, found.TC)][:5]
     result.runners_up = [{"TR": int(found.pair_tr[j]), "TP": int(sp.TP[j]), "TC": int(sp.TC[j]), "NB": sp.banks,
-                          "ports": sp.ports, "stackable": sp.stackable, "score": float(found.pair_score[j])}
+                          "ports": sp.ports, "stackable": sp.stackable, "buffer": sp.buffer,
+                          "score": float(found.pair_score[j])}
                          for j in others]
     return result
 
 
 def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
-                    options: DSEOptions = DSEOptions(), allow_oversize: bool = False) -> DSEResult:
+                    options: DSEOptions = DSEOptions(), allow_oversize: bool = False,
+                    input_buffer: int | None = None) -> DSEResult:
     """The tables and figures of one given design (no search over <TR, TP, TC>).
 
-    Its input banks, AXI ports and Stackable PEs are `options.banks`, `options.ports` and
-    `options.stackable`, or, where None, the ones that fit and score best (ties: fewer ports, then
-    fewer banks, then plain PEs; the most banks the batching uses, every HP port and Stackable PEs
-    when oversize designs are allowed). A design that does not fit the
+    Its input banks, AXI ports, Stackable PEs and block input buffer are `options.banks`, `options.ports`,
+    `options.stackable` and `options.buffer`, or, where None, the ones that fit and score best (ties:
+    fewer ports, then fewer banks, then plain PEs, then no buffer; the most banks the batching uses,
+    every HP port, Stackable PEs and no buffer when oversize designs are allowed). `input_buffer`: the
+    words a half of a block input buffer the design already has (another model on a built design: its
+    buffer is not resized). A design that does not fit the
     board is refused unless allow_oversize (for studies of other people's design points); its
     memory use is then reported as infinite.
     """
@@ -655,41 +825,54 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     n_layers = len(workload.layers())
     clock = options.clock_mhz or board.clock_mhz
     if allow_oversize:
-        return _finish(workload, board, options.resolved(options.given_stackable()), clock, TR, TP, TC, score=None,
-                       n_designs=1, t0=time.perf_counter(), banks=options.given_banks(),
-                       ports=options.given_ports(board))
+        return _finish(workload, board, options.resolved(options.given_stackable(), bool(input_buffer)), clock,
+                       TR, TP, TC, score=None, n_designs=1, t0=time.perf_counter(), banks=options.given_banks(),
+                       ports=options.given_ports(board), buffer_words=input_buffer or 0)
     d = (np.array([TR]), np.array([TP]), np.array([TC]))
-    fits = [(p, nb, st) for p in options.port_options(board) for nb in options.bank_options()
-            for st in options.stackable_options()
-            if feasible_designs(*d, board, options.bmax, n_layers, st, banks=nb, ports=p)]
+    fits = [(p, nb, st, buf) for p in options.port_options(board) for nb in options.bank_options()
+            for st in options.stackable_options() for buf in options.buffer_options()
+            if feasible_designs(*d, board, options.bmax, n_layers, st, banks=nb, ports=p, buffer=buf)]
     if not fits:
         p, nb, st = options.port_options(board)[0], options.bank_options()[0], options.stackable_options()[0]
         res = design_resources(TR, TP, TC, board, options.bmax, n_layers, st, banks=nb, ports=p)
         need = buffers_bram36(TR, TP, TC, options.bmax, banks=nb)
+        problems = over_limits(res, board, need) or ["no room for a block input buffer of a BRAM36 a bank"]
         raise FluidError(f"design <{TR}, {TP}, {TC}> with {nb} input banks and {p} AXI port{'s' * (p > 1)} does "
-                         f"not fit {board.name} at Bmax {options.bmax}: " + "; ".join(over_limits(res, board, need)))
+                         f"not fit {board.name} at Bmax {options.bmax}: " + "; ".join(problems))
     t0 = time.perf_counter()
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
-    scores = [Scorer(shapes, counts, options.resolved(st), board.bus(clock, p), clock, float(workload.total_macs),
-                     nb).score_bound(d[0], *d)[0][0] for p, nb, st in fits]
-    best = max(range(len(fits)), key=lambda i: (scores[i], -fits[i][0], -fits[i][1], not fits[i][2]))
-    p, nb, st = fits[best]
-    return _finish(workload, board, options.resolved(st), clock, TR, TP, TC, score=None, n_designs=1, t0=t0,
+    macs = float(workload.total_macs)
+    scores = [space_scorer(Space(p, nb, st, d[1], d[2], d[0], buf), shapes, counts, options, board, clock, macs,
+                           n_layers).score_bound(d[0], *d)[0][0] for p, nb, st, buf in fits]
+    best = max(range(len(fits)), key=lambda i: (scores[i], [-int(v) for v in fits[i]]))
+    p, nb, st, buf = fits[best]
+    return _finish(workload, board, options.resolved(st, buf), clock, TR, TP, TC, score=None, n_designs=1, t0=t0,
                    banks=nb, ports=p)
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,
-            score: float | None, n_designs: int, t0: float, banks: int, ports: int) -> DSEResult:
+            score: float | None, n_designs: int, t0: float, banks: int, ports: int,
+            buffer_words: int | None = None) -> DSEResult:
+    """The design's plan, tables and resources. Its block input buffer (where `options` build one) is
+    `buffer_words` a half, or, None, the largest it has room for cut to what its plan buffers."""
     layers = workload.layers()
     bpc = board.bus(clock, ports)
     shapes = LayerShapes.of(layers)
+    n = len(layers)
     plan = LayerPlan([[0] * options.bmax for _ in layers], [[0] * options.bmax for _ in layers],
-                     [[0] * options.bmax for _ in layers], [[False] * options.bmax for _ in layers])
+                     [[0] * options.bmax for _ in layers], [[False] * options.bmax for _ in layers],
+                     [[False] * options.bmax for _ in layers])
     d = (np.array([[TR]]), np.array([[TP]]), np.array([[TC]]))
+    buffer = options.given_buffer() and buffer_words != 0
+    # the largest buffer the design has room for; then cut to what its buffered layers need
+    room = (buffer_words if buffer_words is not None else
+            int(buffer_words_fn(board, options.bmax, n, options.given_stackable(), banks, ports)(*d)[0, 0])) \
+        if buffer else 0
+    need = 0
     for b in range(1, options.bmax + 1):
-        cands = choices(options.batching, b, options.given_stackable())
-        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks)
+        cands = choices(options.batching, b, options.given_stackable(), buffer)
+        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks, room)
         for li in range(len(layers)):
             if not np.isfinite(best[0, li]):
                 raise FluidError(f"layer {layers[li].name!r} cannot run on <{TR}, {TP}, {TC}>")
@@ -698,13 +881,29 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
             plan.BR[li][b - 1] = ch.BR
             plan.k_code[li][b - 1] = ch.k_code
             plan.serial[li][b - 1] = ch.serial
+            plan.buffered[li][b - 1] = ch.buffered
+            if ch.buffered:
+                need = max(need, choice_block_words(shapes, li, b, ch, d, bpc, options.timing, banks))
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
+    words = buffer_words if buffer_words is not None else \
+        -(-need // int(windows(np.array(TP)))) * int(windows(np.array(TP))) if need else 0
     resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.given_stackable(), banks=banks,
-                                 ports=ports)
+                                 ports=ports, input_buffer=words)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
                      resources=resources, plan=plan, total_cycles=total, gops=gops,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,
                      seconds=time.perf_counter() - t0,
-                     timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks), NB=banks, ports=ports)
+                     timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks,
+                                                buffer_per_bank=input_buffer_bram36(TP, words) / int(buffer_banks_of(
+                                                    np.array(TP))) if words else 0),
+                     NB=banks, ports=ports, input_buffer=words)
+
+
+def choice_block_words(shapes: LayerShapes, li: int, b: int, ch: Choice, d: tuple[np.ndarray, ...], bus: Bus,
+                       timing: EngineTiming, banks: int) -> int:
+    """Words a half must hold for layer `li` run buffered under `ch` at b on design d (`block_words`)."""
+    TR, TP, TC = d
+    setup = choice_setup(buffered_modes(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
+    return int(block_words(shapes.fills(TP, TC), setup, row_blocks(setup, TR), TP)[0, li])

@@ -167,11 +167,28 @@ class TimingEstimate:
         return asdict(self) | {"meets_budget": self.meets_budget, "model": "dse/timing_model.py"}
 
 
+# The block input buffer (hw/buffered_input.py), measured by Yosys (docs/resources.md, "The block input
+# buffer's resources"): InputBuffer 4 levels up to 4 BRAM36 a bank (each bank split by width), 6 at 18 a
+# bank (cascaded in depth behind a read mux: a LUT6 and MUXF7/F8 select one of up to 16 more levels'
+# worth); FillWalker 4; the control unit with the buffer joined 8 (its fetcher, as without it).
+BUFFER_JOIN_LEVELS = 8
+
+
+def input_buffer_levels(per_bank: float) -> int:
+    """LUT levels of the block input buffer's read path at `per_bank` BRAM36 a bank: 4, and 2 more for
+    each 16:1 read mux level the depth cascade needs past 4 a bank."""
+    return 4 if per_bank <= 4 else 4 + 2 * math.ceil(math.log(per_bank / 4, 16))
+
+
 def design_timing(TR: int, TP: int, TC: int, bmax: int, costs: TimingCosts = DEFAULT_COSTS,
-                  banks: int | None = None) -> TimingEstimate:
-    """The timing proxy of one design with NB = `banks` input banks (None: the most Bmax uses)."""
+                  banks: int | None = None, buffer_per_bank: float = 0) -> TimingEstimate:
+    """The timing proxy of one design with NB = `banks` input banks (None: the most Bmax uses) and a
+    block input buffer of `buffer_per_bank` BRAM36 a bank (0: none)."""
     per = {k: int(v) for k, v in structure_levels(np.array(TR), np.array(TP), np.array(TC), bmax, costs,
                                                   banks).items()}
+    if buffer_per_bank:
+        per["input_buffer"] = input_buffer_levels(buffer_per_bank)
+        per["buffer_join"] = BUFFER_JOIN_LEVELS
     worst = max(per, key=lambda k: per[k])
     over = {k: v for k, v in per.items() if v > LEVEL_BUDGET}
     fixes = {s.name: s.fix for s in STRUCTURES if s.name in over}

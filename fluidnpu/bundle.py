@@ -23,7 +23,8 @@ from fluidnpu import __version__
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import EngineTiming
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import K_CODES, check_banks, design_banks, design_ports, fbcb_entry_bits
+from fluidnpu.hw.regmap import (K_CODES, check_banks, design_banks, design_input_buffer, design_ports,
+                                fbcb_entry_bits)
 from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
@@ -55,7 +56,8 @@ BUNDLE_SCHEMA: dict[str, Any] = {
                                                  "ddr_width_bits", "ddr_mega_transfers", "ddr_efficiency"]},
         "clock_mhz": {"type": "number", "exclusiveMinimum": 0},
         "design": {"type": "object", "required": ["TR", "TP", "TC"],
-                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS, "NB": _POS, "ports": _POS}},
+                   "properties": {"TR": _POS, "TP": _POS, "TC": _POS, "NB": _POS, "ports": _POS,
+                                  "input_buffer": {"type": "integer", "minimum": 0}}},
         "bmax": _POS,
         "dse": {"type": "object", "required": ["batching", "stackable", "weights", "timing"],
                 "properties": {"batching": {"enum": ["fluid", "r", "p", "fc"]}, "stackable": {"type": "boolean"},
@@ -64,7 +66,8 @@ BUNDLE_SCHEMA: dict[str, Any] = {
         "workload": {"type": "object", "required": ["name", "backbone", "exits"]},
         "fbcb": {"type": "object", "required": ["bits_per_entry", "entries", "serial"],
                  "properties": {"bits_per_entry": _POS,
-                                "entries": _matrix({"type": "array", "minItems": 2, "maxItems": 2, "items": _INT}),
+                                # [BR, k code] or [BR, k code, buffered (0/1)]
+                                "entries": _matrix({"type": "array", "minItems": 2, "maxItems": 3, "items": _INT}),
                                 "serial": _matrix({"type": "boolean"})}},
         "latency": {"type": "object", "required": ["layer_cycles", "segment_cycles", "segment_seconds"],
                     "properties": {"layer_cycles": _matrix(_POS), "segment_cycles": _matrix(_POS),
@@ -126,6 +129,7 @@ class FbcbEntry:
     BR: int
     k_code: int
     serial: bool = False
+    buffered: bool = False      # input runs from the block input buffer (design.input_buffer)
 
     @property
     def k(self) -> float:
@@ -175,8 +179,13 @@ class Bundle:
 
     def fbcb(self, layer: int, b: int) -> FbcbEntry:
         """FBCB entry for layer index `layer` (execution order) at active batch size b."""
-        br, k = self.data["fbcb"]["entries"][layer][b - 1]
-        return FbcbEntry(br, k, self.data["fbcb"]["serial"][layer][b - 1])
+        entry = self.data["fbcb"]["entries"][layer][b - 1]
+        return FbcbEntry(entry[0], entry[1], self.data["fbcb"]["serial"][layer][b - 1], bool(entry[2:3] == [1]))
+
+    @property
+    def input_buffer(self) -> int:
+        """Words a half of the NPU's block input buffer (`design.input_buffer`; 0: none built)."""
+        return design_input_buffer(self.data)
 
     def layer_cycles(self, layer: int, b: int) -> int:
         return int(self.data["latency"]["layer_cycles"][layer][b - 1])
@@ -207,12 +216,18 @@ class Bundle:
         for name, (table, rows) in tables.items():
             if len(table) != rows or any(len(r) != bmax for r in table):
                 raise FluidError(f"{what}: {name} must be {rows} x {bmax} (layers/exits x Bmax)")
+        buffer = self.input_buffer > 0
         for li, row in enumerate(d["fbcb"]["entries"]):
-            for b, (br, k) in enumerate(row, start=1):
-                if not 1 <= br <= b or k not in K_CODES:
-                    raise FluidError(f"{what}: FBCB entry layer {li}, b={b} is out of range (BR={br}, k code={k})")
-        if d["fbcb"]["bits_per_entry"] != fbcb_entry_bits(bmax):
-            raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_entry_bits(bmax)} for Bmax={bmax}")
+            for b, (br, k, *buffered) in enumerate(row, start=1):
+                if not 1 <= br <= b or k not in K_CODES or buffered not in ([], [0], [1]):
+                    raise FluidError(f"{what}: FBCB entry layer {li}, b={b} is out of range (BR={br}, k code={k}"
+                                     + (f", buffered={buffered[0]})" if buffered else ")"))
+                if buffered == [1] and not buffer:
+                    raise FluidError(f"{what}: FBCB entry layer {li}, b={b} is buffered but design.input_buffer "
+                                     "builds no block input buffer")
+        if d["fbcb"]["bits_per_entry"] != fbcb_entry_bits(bmax, buffer):
+            raise FluidError(f"{what}: fbcb.bits_per_entry must be {fbcb_entry_bits(bmax, buffer)} for Bmax={bmax}"
+                             + (" with a block input buffer" if buffer else ""))
         if len(d["performance"]["gops"]) != bmax or len(d["dse"]["weights"]) != bmax:
             raise FluidError(f"{what}: performance.gops and dse.weights need {bmax} entries")
         try:
@@ -244,7 +259,8 @@ def bundle_from_result(result: Any) -> Bundle:
         "generator": f"fluidnpu {__version__}",
         "board": result.board.to_dict(),
         "clock_mhz": clock,
-        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC, "NB": result.NB, "ports": result.ports},
+        "design": {"TR": result.TR, "TP": result.TP, "TC": result.TC, "NB": result.NB, "ports": result.ports,
+                   **({"input_buffer": result.input_buffer} if result.input_buffer else {})},
         "bmax": opts.bmax,
         "dse": {
             "batching": opts.batching, "stackable": opts.stackable,
@@ -255,9 +271,11 @@ def bundle_from_result(result: Any) -> Bundle:
         },
         "workload": result.workload.to_dict(),
         "fbcb": {
-            "bits_per_entry": fbcb_entry_bits(opts.bmax),
+            "bits_per_entry": fbcb_entry_bits(opts.bmax, result.input_buffer > 0),
             "k_codes": {str(c): k for c, k in K_CODES.items()},
-            "entries": [[[br, k] for br, k in zip(brs, ks)] for brs, ks in zip(result.plan.BR, result.plan.k_code)],
+            "entries": [[[br, k, 1] if bf else [br, k] for br, k, bf in zip(brs, ks, bfs or [False] * len(brs))]
+                        for brs, ks, bfs in zip(result.plan.BR, result.plan.k_code,
+                                                result.plan.buffered or [[]] * len(result.plan.BR))],
             "serial": result.plan.serial,
         },
         "latency": {
@@ -284,7 +302,8 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
     return {
         "model": bundle.workload.name, "board": bundle.board.name, "clock_mhz": bundle.clock_mhz,
         "bmax": bundle.bmax, "batching": d["dse"]["batching"], "stackable": d["dse"]["stackable"],
-        "design": {"TR": TR, "TP": TP, "TC": TC, "NB": bundle.banks, "ports": bundle.ports},
+        "design": {"TR": TR, "TP": TP, "TC": TC, "NB": bundle.banks, "ports": bundle.ports,
+                   "input_buffer": bundle.input_buffer},
         "searched": d["dse"].get("score_gops") is not None,
         "designs_evaluated": d["dse"].get("designs_evaluated"), "designs_scored": d["dse"].get("designs_scored"),
         "dse_seconds": d["dse"].get("seconds"),

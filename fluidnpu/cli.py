@@ -62,13 +62,16 @@ def cli() -> None:
 @click.option("--ports", type=click.IntRange(min=1), default=None,
               help="AXI master ports P, 1 .. the board's HP ports: more buy memory bandwidth (up to the DDR's) "
                    "and cost LUTs (default: searched; with --design, the count that fits and scores best)")
+@click.option("--input-buffer/--no-input-buffer", "buffer", default=None,
+              help="build a block input buffer, which each layer may read its input runs from at each batch size "
+                   "(default: searched, both priced)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="write the design bundle here")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a GOp/s-vs-batch PNG here")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], given: str | None, banks: str | None, ports: int | None, output: str | None,
-        plot: str | None, as_json: bool) -> None:
+        ceilings: tuple[str, ...], given: str | None, banks: str | None, ports: int | None, buffer: bool | None,
+        output: str | None, plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result, design_summary
@@ -83,7 +86,7 @@ def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock,
-                      banks=int(banks) if banks else None, ports=ports)
+                      banks=int(banks) if banks else None, ports=ports, buffer=buffer)
     if design:
         result = evaluate_given(wl, brd, opts, design)
     else:
@@ -108,6 +111,10 @@ def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None
         out.print(f"plot written to [bold]{plot}[/]")
 
 
+def _buffer_words(bundle) -> str:
+    return f", a block input buffer of {bundle.input_buffer:,} words a half" if bundle.input_buffer else ""
+
+
 def print_summary(bundle) -> None:
     d = bundle.data
     TR, TP, TC = bundle.design
@@ -118,11 +125,11 @@ def print_summary(bundle) -> None:
               f"stackable={'yes' if d['dse']['stackable'] else 'no'}, Bmax={bundle.bmax}")
     if d["dse"].get("score_gops") is None:
         out.print(f"the given design (fluidnpu dse --design): [bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], "
-                  f"{bundle.banks} input banks, {bundle.ports} AXI ports")
+                  f"{bundle.banks} input banks, {bundle.ports} AXI ports{_buffer_words(bundle)}")
     elif d["dse"].get("designs_evaluated"):
         out.print(f"best of {d['dse']['designs_evaluated']} designs in {d['dse']['seconds']:.2f} s: "
                   f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], {bundle.banks} input banks, "
-                  f"{bundle.ports} AXI ports")
+                  f"{bundle.ports} AXI ports{_buffer_words(bundle)}")
     rt = Table(title="resources")
     for col in ("", "DSP", "BRAM36", "URAM", "LUT", "FF"):
         rt.add_column(col, justify="right")
@@ -232,14 +239,15 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         if layers:
             summary["layers"] = [
                 {"name": s.layer.name, "segment": s.segment, "R": s.layer.R, "P": s.layer.P, "C": s.layer.C,
-                 "fbcb": [{"BR": e[0], "k": K_CODES[e[1]]} for e in bundle.data["fbcb"]["entries"][s.index]],
+                 "fbcb": [{"BR": e[0], "k": K_CODES[e[1]], "buffered": e[2:3] == [1]}
+                          for e in bundle.data["fbcb"]["entries"][s.index]],
                  "cycles": bundle.data["latency"]["layer_cycles"][s.index]}
                 for s in bundle.workload.schedule()]
         emit_json(summary)
         return
     print_summary(bundle)
     if layers:
-        t = Table(title="FBCB <BR, k> per layer and batch size")
+        t = Table(title="FBCB <BR, k> per layer and batch size (·B: buffered)")
         t.add_column("#", justify="right")
         t.add_column("layer")
         t.add_column("R x P x C")
@@ -250,7 +258,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
             for b in range(1, bundle.bmax + 1):
                 e = bundle.fbcb(s.index, b)
                 k = {1.0: "1", 2.0: "2", 0.5: "½"}[e.k]
-                cells.append(f"{'S' if e.serial else e.BR},{k}")
+                cells.append(f"{'S' if e.serial else e.BR},{k}{'·B' if e.buffered else ''}")
             t.add_row(str(s.index), s.layer.name, f"{s.layer.R}x{s.layer.P}x{s.layer.C}", *cells)
         out.print(t)
 

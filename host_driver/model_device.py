@@ -29,8 +29,7 @@ import numpy as np
 
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
-from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, block_fill_end,
-                                buffer_window, decode_fbcb_entry, fill_regions, k_dims, supported_k_codes)
+from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, buffer_window, decode_fbcb_entry, fbcb_buffered, k_dims, supported_k_codes)
 from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
 
 _W = {r.offset >> 2: r for r in REGISTERS}
@@ -223,7 +222,7 @@ class ModelDevice(Device):
                 break
             self._count(fields, b, plan)
             self.layer_cnt += 1
-            if fields["buffered"] and self.params.input_buffer and self._buffer_overflows(fields, b, plan):
+            if plan["buffered"] and self._buffer_overflows(fields, b, plan):
                 code = ErrorCode.BUFFER_OVERFLOW         # the RTL reports it once the layer has drained
                 break
         if code is not None:
@@ -243,7 +242,8 @@ class ModelDevice(Device):
         if (f["layer"] >= p.layers or f["npix"] == 0 or f["cout"] == 0 or f["P"] == 0 or f["cin"] == 0
                 or f["kw"] == 0 or f["out_w"] == 0):
             return None
-        br, k = decode_fbcb_entry(self.fbcb[f["layer"] * p.bmax + b - 1], p.bmax)
+        word = self.fbcb[f["layer"] * p.bmax + b - 1]
+        br, k = decode_fbcb_entry(word, p.bmax)
         TR, TP, TC = p.TR, p.TP, p.TC
         if k not in supported_k_codes(TR, TP, TC, p.stackable) or br > b:
             return None
@@ -253,29 +253,20 @@ class ModelDevice(Device):
         g = min(BP, nPE // C, p.banks) if C <= nPE else 1
         if TRk // g == 0:
             return None
-        return {"BR": br, "k": k, "TPk": TPk, "nPE": nPE, "BP": BP, "g": g}
+        # the entry holds BUFFERED only on an NPU built with the block input buffer (fbcb_width)
+        return {"BR": br, "k": k, "TPk": TPk, "nPE": nPE, "BP": BP, "g": g, "buffered": fbcb_buffered(word, p.bmax)}
 
     def _buffer_overflows(self, f: dict, b: int, plan: dict) -> bool:
         """Whether some block of this buffered layer reads more input than a half of the NPU's block input
-        buffer holds: the layer's blocks (dse/tiling.py's schedule, the one the RTL runs), each block's
-        groups' regions as the fill walker reads them, one after another in one half. Every column tile
-        walks the same blocks, so the first tile's suffice."""
-        from fluidnpu.dse.tiling import layer_schedule
+        buffer holds (dse/buffer_fit.py's `exact_block_words`: the RTL's blocks and fill regions)."""
+        from fluidnpu.dse.buffer_fit import exact_block_words
 
-        p, npix = self.params, f["npix"]
+        p = self.params
         window = buffer_window(p.TP)
         depth = -(-p.input_buffer // window) * window
         geo = (f["out_w"], f["out_h"], f["in_h"], f["sh"], f["kh"], f["ph"], f["in_row_words"])
-        sched = layer_schedule(p.TR, p.TP, p.TC, npix, f["P"], f["cout"], b, plan["BR"], plan["k"], p.banks)
-        for blk in sched.blocks:
-            if blk.c0 != 0:
-                break
-            regions = [r for sl in blk.slices
-                       for r in fill_regions(*geo, sl.samples[0] + sl.row0 // npix, sl.row0 % npix, sl.row1 - sl.row0,
-                                             sl.samples[-1] + 1)]
-            if block_fill_end(regions, window) > depth:
-                return True
-        return False
+        return exact_block_words(p.TR, p.TP, p.TC, geo, f["npix"], f["P"], f["cout"], b, plan["BR"], plan["k"],
+                                 p.banks) > depth
 
     def _layer(self, f: dict, b: int) -> None:
         """One layer, bit-exact: im2col by the descriptor's byte strides, hw/reference arithmetic."""
@@ -336,10 +327,11 @@ class ModelDevice(Device):
         self._walk_cache[key] = plan
         return plan
 
-    def layer_model_cycles(self, f: dict, b: int, br: int, k: int) -> int:
-        """dse/perf_model.py's cycles for this descriptor's layer (the build's m_axi ports and width),
-        cached: a serving run prices the same few (layer, b, BR, k) over and over."""
-        key = (tuple(f[n] for n in _GEOMETRY_FIELDS), f.get("buffered", 0), b, br, k)
+    def layer_model_cycles(self, f: dict, b: int, br: int, k: int, buffered: bool = False) -> int:
+        """dse/perf_model.py's cycles for this descriptor's layer (the build's m_axi ports and width;
+        `buffered`: its input runs from the block input buffer), cached: a serving run prices the same
+        few (layer, b, BR, k) over and over."""
+        key = (tuple(f[n] for n in _GEOMETRY_FIELDS), buffered, b, br, k)
         cycles = self._cycle_cache.get(key)
         if cycles is None:
             from types import SimpleNamespace
@@ -347,17 +339,15 @@ class ModelDevice(Device):
             from fluidnpu.dse.perf_model import descriptor_cycles
 
             p = self.params
-            # an NPU built without the block input buffer runs a buffered layer from DDR
-            buffered = bool(f.get("buffered")) and p.input_buffer > 0
-            geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS}, buffered=buffered,
+            geometry = SimpleNamespace(**{n: f[n] for n in _GEOMETRY_FIELDS},
                                        in_pitch=f["in_row_words"] // f["in_w"] if buffered else f["cin"])
             cycles = descriptor_cycles(p.TR, p.TP, p.TC, p.axi_dw / 8, geometry, b, br, k, self.timing,
-                                       ports=p.axi_ports, banks=p.banks)
+                                       ports=p.axi_ports, banks=p.banks, buffered=buffered)
             self._cycle_cache[key] = cycles
         return cycles
 
     def _count(self, f: dict, b: int, plan: dict) -> None:
-        cycles = self.layer_model_cycles(f, b, plan["BR"], plan["k"])
+        cycles = self.layer_model_cycles(f, b, plan["BR"], plan["k"], plan["buffered"])
         R, P, C = f["npix"], f["P"], f["cout"]
         br, BP, g, nPE, TPk = plan["BR"], plan["BP"], plan["g"], plan["nPE"], plan["TPk"]
         n_last = b - (BP - 1) * br

@@ -30,7 +30,7 @@ from fluidnpu.host_driver.memory_plan import plan_subnet, subnet_nbytes
 
 def _modes(driver: NpuDriver, n: int, b: int) -> list[tuple[int, int]]:
     entries = _data(driver.bundle)["fbcb"]["entries"]
-    return [tuple(entries[i][b - 1]) for i in range(n)]
+    return [(entries[i][b - 1][0], entries[i][b - 1][1]) for i in range(n)]
 
 
 def _case(driver: NpuDriver, rng: random.Random, b: int, nlayers: int = 2, **kw: Any):

@@ -57,10 +57,10 @@ LAYOUT: tuple[tuple[str, int, int, int, bool], ...] = (
     ("row_words", 20, 0, 24, False),     # kw*cin: words of one kernel row of the im2col window
 )
 # Decoded only by an NPU built with a block input buffer (hw/input_buffer.py; NpuParams.input_buffer), so
-# that the others' RTL does not carry them; zero in every descriptor that is not `buffered`.
+# that the others' RTL does not carry them; used at the batch sizes whose FBCB entry marks the layer
+# BUFFERED (hw/regmap.py, `encode_fbcb_entry`).
 BUFFER_LAYOUT: tuple[tuple[str, int, int, int, bool], ...] = (
     ("in_row_words", 21, 0, 24, False),  # in_w * pixel pitch: words of one input row (the fill walker's step)
-    ("buffered", 21, 31, 1, False),      # the layer's input runs are answered from the block input buffer
 )
 
 
@@ -97,7 +97,6 @@ class LayerDescriptor:
     dst_coff: int = 0
     weight_base: int = 0
     bias_base: int = 0
-    buffered: bool = False    # input runs from the block input buffer (an NPU built with one)
 
     @property
     def npix(self) -> int:
@@ -178,8 +177,8 @@ class LayerDescriptor:
             "bias_base": self.bias_base,
             "P": self.P,
             "row_words": self.kw * self.cin,
-            "in_row_words": self.in_w * self.in_pitch if self.buffered else 0,
-            "buffered": int(self.buffered),
+            # 0 where a row exceeds the field: no buffer half holds such a row, so the layer is never buffered
+            "in_row_words": row if (row := self.in_w * self.in_pitch) < 1 << 24 else 0,
         }
 
     def words(self) -> list[int]:

@@ -324,7 +324,10 @@ REGISTERS: tuple[Register, ...] = (
              _whole("INDEX", "entry index", 16)),
     Register("FBCB_DATA", 0x30, Access.WO,
              "Writes the FBCB entry at FBCB_ADDR, then FBCB_ADDR += 1. Only the low ceil(log2 Bmax) bits of "
-             "BR_M1 are stored. Refused with FBCB_INDEX past the table, WRITE_WHILE_BUSY while BUSY.",
+             "BR_M1 are stored; on an NPU built with the block input buffer (the bundle's design.input_buffer) the next bit "
+             "up, bit 2 + ceil(log2 Bmax), is BUFFERED too: the layer's input runs at this batch size are "
+             "answered from the buffer (BUFFER_OVERFLOW if a block does not fit a half). Refused with "
+             "FBCB_INDEX past the table, WRITE_WHILE_BUSY while BUSY.",
              (Field("K_CODE", 0, 2, "0: k = 1, 1: k = 2, 2: k = 1/2"),
               Field("BR_M1", 2, 14, "BR - 1 (samples per group minus one)"))),
     Register("LAYER", 0x34, Access.RO, "Layers of the current subnet completed (cleared by START).",
@@ -463,9 +466,16 @@ def fbcb_br_bits(bmax: int) -> int:
     return math.ceil(math.log2(bmax)) if bmax > 1 else 0
 
 
-def fbcb_entry_bits(bmax: int) -> int:
-    """Bits of one FBCB memory entry: the 2-bit k code, then BR-1 (2 bits in all at Bmax = 1)."""
-    return fbcb_br_bits(bmax) + K_CODE_BITS
+def fbcb_entry_bits(bmax: int, buffer: bool = False) -> int:
+    """Bits of one FBCB memory entry: the 2-bit k code, then BR-1 (2 bits in all at Bmax = 1), then, on
+    an NPU built with the block input buffer (`buffer`), the BUFFERED bit."""
+    return fbcb_br_bits(bmax) + K_CODE_BITS + int(buffer)
+
+
+def fbcb_buffered_bit(bmax: int) -> int:
+    """Where an FBCB entry holds BUFFERED: just above BR-1's ceil(log2 Bmax) bits. An NPU without the
+    block input buffer stores only the bits below it, so there the layer runs from DDR."""
+    return K_CODE_BITS + fbcb_br_bits(bmax)
 
 
 def fbcb_index(layer: int, b: int, bmax: int) -> int:
@@ -475,13 +485,14 @@ def fbcb_index(layer: int, b: int, bmax: int) -> int:
     return layer * bmax + (b - 1)
 
 
-def encode_fbcb_entry(br: int, k_code: int, bmax: int) -> int:
-    """The FBCB_DATA word of <BR, k>: k_code | (BR-1) << 2."""
+def encode_fbcb_entry(br: int, k_code: int, bmax: int, buffered: bool = False) -> int:
+    """The FBCB_DATA word of <BR, k> (and `buffered`: the layer's input runs are answered from the
+    block input buffer at this batch size): k_code | (BR-1) << 2 | buffered << fbcb_buffered_bit."""
     if k_code not in K_CODES:
         raise FluidError(f"FBCB k code must be one of {sorted(K_CODES)}, got {k_code}")
     if not 1 <= br <= bmax:
         raise FluidError(f"FBCB BR must be in 1..{bmax}, got {br}")
-    return k_code | (br - 1) << K_CODE_BITS
+    return k_code | (br - 1) << K_CODE_BITS | int(buffered) << fbcb_buffered_bit(bmax)
 
 
 def decode_fbcb_entry(word: int, bmax: int) -> tuple[int, int]:
@@ -489,6 +500,11 @@ def decode_fbcb_entry(word: int, bmax: int) -> tuple[int, int]:
     k_code = word & ((1 << K_CODE_BITS) - 1)
     br = ((word >> K_CODE_BITS) & ((1 << fbcb_br_bits(bmax)) - 1)) + 1
     return br, k_code
+
+
+def fbcb_buffered(word: int, bmax: int) -> bool:
+    """Whether a stored entry marks its layer buffered at its batch size (an NPU with the buffer)."""
+    return bool(word >> fbcb_buffered_bit(bmax) & 1)
 
 
 def _bundle_data(bundle: Any) -> Mapping[str, Any]:
@@ -519,6 +535,12 @@ def design_ports(bundle: Any) -> int:
     return int(ports)
 
 
+def design_input_buffer(bundle: Any) -> int:
+    """Words a half of the block input buffer of a Bundle or its dict (`design.input_buffer`, which the
+    DSE writes); 0 (none built) for a bundle without one."""
+    return int(_bundle_data(bundle)["design"].get("input_buffer", 0))
+
+
 def fbcb_table(bundle: Any) -> list[int]:
     """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
     d = _bundle_data(bundle)
@@ -527,7 +549,9 @@ def fbcb_table(bundle: Any) -> list[int]:
     for row in d["fbcb"]["entries"]:
         if len(row) != bmax:
             raise FluidError(f"FBCB row has {len(row)} entries, expected Bmax = {bmax}")
-        words.extend(encode_fbcb_entry(int(br), int(k), bmax) for br, k in row)
+        # an entry is [BR, k] or [BR, k, buffered] (a design with the block input buffer)
+        words.extend(encode_fbcb_entry(int(e[0]), int(e[1]), bmax, bool(e[2]) if len(e) > 2 else False)
+                     for e in row)
     return words
 
 
@@ -535,15 +559,17 @@ def design_hash(bundle: Any) -> int:
     """32-bit fingerprint of what the RTL is built from: design point, Bmax and FBCB table.
 
     CRC-32 (zlib/IEEE, as `crc32` in most C libraries) of the little-endian
-    uint32 words TR, TP, TC, Bmax, L, NB, P (AXI masters), then the L*Bmax packed
-    FBCB entries in index order. A bundle re-run through the DSE with another
-    result, or a bitstream built from another bundle, gives another value.
+    uint32 words TR, TP, TC, Bmax, L, NB, P (AXI masters), then, on a design with the
+    block input buffer, its words a half, then the L*Bmax packed FBCB entries in
+    index order. A bundle re-run through the DSE with another result, or a
+    bitstream built from another bundle, gives another value.
     """
     d = _bundle_data(bundle)
     des = d["design"]
     table = fbcb_table(d)
+    buffer = design_input_buffer(d)
     words: Iterable[int] = (des["TR"], des["TP"], des["TC"], d["bmax"], len(d["fbcb"]["entries"]), design_banks(d),
-                            design_ports(d), *table)
+                            design_ports(d), *((buffer,) if buffer else ()), *table)
     return zlib.crc32(b"".join(struct.pack("<I", int(w)) for w in words)) & 0xFFFFFFFF
 
 
@@ -616,7 +642,7 @@ class NpuParams:
 
     @property
     def fbcb_width(self) -> int:
-        return fbcb_entry_bits(self.bmax)
+        return fbcb_entry_bits(self.bmax, self.input_buffer > 0)
 
     @property
     def cfg_values(self) -> dict[str, int]:
@@ -636,7 +662,8 @@ class NpuParams:
                    layers=len(d["fbcb"]["entries"]), axi_dw=dw, design_hash=design_hash(d),
                    fbcb=tuple(fbcb_table(d)), nb=design_banks(d),
                    stackable=bool(d.get("dse", {}).get("stackable", True)), axi_ports=min(ports, MAX_AXI_PORTS),
-                   placement=tuple(sorted(d.get("resources", {}).get("placement", {}).items())))
+                   placement=tuple(sorted(d.get("resources", {}).get("placement", {}).items())),
+                   input_buffer=design_input_buffer(d))
 
 
 def reset_value(reg: Register, params: NpuParams | None = None) -> int | None:

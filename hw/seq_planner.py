@@ -18,7 +18,7 @@ from amaranth.utils import bits_for
 
 from fluidnpu.hw.descriptor import BUFFER_LAYOUT, DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
 from fluidnpu.hw.divider import SeqDivider
-from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_entry_bits, k_dims,
+from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_br_bits, fbcb_buffered_bit, k_dims,
                                 supported_k_codes)
 from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, buffer_desc_layout, desc_chunk_layout,
                                      plan_layout, read_cmd_layout, register_ports, store_control_params)
@@ -31,8 +31,9 @@ class SeqPlanner(wiring.Component):
     (`cfg_*`), `desc_cmd` (stream of descriptor read commands), `desc_rsp` (the descriptor
     words, always taken), `plan` (the current layer's plan, `plan_layout`), `go` (one cycle:
     run the layer) and `drained` (the other machines and the DMA are idle). With `buffer` (an NPU
-    built with the block input buffer) also `buf_desc` (the descriptor's buffer fields) and
-    `buf_overflow` (a block did not fit the buffer: latched like a DMA error).
+    built with the block input buffer) also `buf_desc` (the descriptor's buffer fields), `buf_on`
+    (the FBCB entry's BUFFERED bit: the layer runs buffered at this batch size) and `buf_overflow`
+    (a block did not fit the buffer: latched like a DMA error).
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, layers: int, nmax: int,
@@ -41,8 +42,8 @@ class SeqPlanner(wiring.Component):
                              stackable=stackable)
         self.buffer = buffer
         super().__init__({
-            **({"buf_desc": Out(buffer_desc_layout()), "buf_overflow": In(1)} if buffer else {}),
-            **register_ports(bmax, layers), "mac_active": In(1),
+            **({"buf_desc": Out(buffer_desc_layout()), "buf_on": Out(1), "buf_overflow": In(1)} if buffer else {}),
+            **register_ports(bmax, layers, buffer), "mac_active": In(1),
             "rd_error": In(1), "wr_error": In(1),
             "cfg_k": Out(2), "cfg_cw": Out(range(2 * TC + 1)), "cfg_shift": Out(5), "cfg_relu": Out(1),
             "desc_cmd": Out(stream.Signature(read_cmd_layout(self.tag, nmax))),
@@ -141,8 +142,10 @@ class SeqPlanner(wiring.Component):
             with m.State("FBCB2"):
                 m.d.comb += self.fbcb_addr.eq(f["layer"] * bmax + b - 1)
                 code = self.fbcb_data[:K_CODE_BITS]
-                brm1 = self.fbcb_data[K_CODE_BITS:] if fbcb_entry_bits(bmax) > K_CODE_BITS else Const(0, 1)
+                brm1 = self.fbcb_data[K_CODE_BITS:fbcb_buffered_bit(bmax)] if fbcb_br_bits(bmax) else Const(0, 1)
                 m.d.sync += [kcode.eq(code), BR.eq(brm1 + 1), acc.eq(0), cnt.eq(0)]
+                if self.buffer:
+                    m.d.sync += self.buf_on.eq(self.fbcb_data[fbcb_buffered_bit(bmax)])
                 no_mode = ~Cat(code == c for c in supported_k_codes(TR, TP, TC, self.stackable)).any()
                 with m.If(no_mode | (brm1 + 1 > b)):
                     m.d.sync += err_latched.eq(ErrorCode.BAD_DESCRIPTOR)

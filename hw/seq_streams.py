@@ -30,13 +30,14 @@ def store_control_params(obj: object, *, TR: int, TP: int, TC: int, NB: int, bma
     obj.tag = tag_layout(NB, TR, TP, TC, nmax)  # type: ignore[attr-defined]
 
 
-def register_ports(bmax: int, layers: int) -> dict[str, wiring.Member]:
+def register_ports(bmax: int, layers: int, buffer: bool = False) -> dict[str, wiring.Member]:
     """The control unit's ports to the register block (hw/registers.py): the run's start and
-    parameters, the FBCB read port, and the status the registers report. The Sequencer has them
-    and passes them to the planner, which owns the run."""
+    parameters, the FBCB read port (its entries one bit wider with the block input buffer), and the
+    status the registers report. The Sequencer has them and passes them to the planner, which owns
+    the run."""
     return {
         "start": In(1), "desc_base": In(ADDR), "desc_count": In(16), "bactive": In(bits_for(bmax)),
-        "fbcb_addr": Out(range(max(2, layers * bmax))), "fbcb_data": In(fbcb_entry_bits(bmax)),
+        "fbcb_addr": Out(range(max(2, layers * bmax))), "fbcb_data": In(fbcb_entry_bits(bmax, buffer)),
         "busy": Out(1), "done": Out(1), "error": Out(1), "error_code": Out(8),
         "layer_done": Out(1), "dma_stall": Out(1),
     }

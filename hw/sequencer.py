@@ -21,7 +21,7 @@ Four machines, each a Component of its own, joined by typed streams
 Everything the sequencer would need a multiplier for is precomputed by the
 host into the descriptor (hw/descriptor.py) or built by repeated addition.
 With `input_buffer` words a half it also holds the block input buffer (hw/buffered_input.py), which
-answers a buffered layer's input runs from chip memory in place of the DMA's input stream and takes
+answers the input runs of a layer its FBCB entry marks buffered from chip memory in place of the DMA's input stream and takes
 that stream for its fills. This module only instantiates and connects them, with a register slice
 (hw/stream_slice.py) on each stream to and from the DMA, so that no path runs
 from the control unit's logic into the DMA's or back (the timing proxy,
@@ -63,7 +63,7 @@ class Sequencer(wiring.Component):
         self.input_buffer = input_buffer        # words a half of the block input buffer; 0: none
         super().__init__({
             # registers
-            **register_ports(bmax, layers),
+            **register_ports(bmax, layers, input_buffer > 0),
             # DMA read
             "rd_cmd_valid": Out(1), "rd_cmd_ready": In(1), "rd_cmd_addr": Out(ADDR),
             "rd_cmd_nwords": Out(range(nmax + 1)), "rd_cmd_zero": Out(1), "rd_cmd_tag": Out(self.tag),
@@ -134,7 +134,7 @@ class Sequencer(wiring.Component):
         if buffer:
             m.submodules.buffered = bi = BufferedInput(TR=TR, TP=TP, bmax=bmax, nmax=nmax, depth=self.input_buffer,
                                                        tag=self.tag)
-            on = planner.buf_desc.buffered        # the layer's input runs go to the buffer, its fills to the DMA
+            on = planner.buf_on        # the layer's input runs go to the buffer, its fills to the DMA
             d = planner.plan.desc
             g = bi.geom
             m.d.comb += [fetcher.buffered.eq(on), fetcher.fill_issued.eq(bi.fill_issued),

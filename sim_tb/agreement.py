@@ -42,10 +42,9 @@ def model_layer_cycles(TR: int, TP: int, TC: int, data_width: int, case: Case,
 
     `exact`: price the input reads from the descriptor's geometry (their actual
     alignments); False: at their average alignment, as the DSE does."""
-    return [descriptor_cycles(TR, TP, TC, data_width / 8,
-                              lp.geometry if input_buffer else replace(lp.geometry, buffered=False),
-                              case.b, br, k, timing, exact, ports, banks)
-            for lp, (br, k) in zip(case.layers, case.modes)]
+    return [descriptor_cycles(TR, TP, TC, data_width / 8, lp.geometry, case.b, br, k, timing, exact, ports, banks,
+                              buffered=input_buffer and case.is_buffered(i))
+            for i, (lp, (br, k)) in enumerate(zip(case.layers, case.modes))]
 
 
 def bus_name(params: NpuParams) -> str:
@@ -105,13 +104,13 @@ def one_layer_case(geometry: dict, bmax: int, seed: int = 0, b: int = 1, mode: t
     from fluidnpu.sim_tb.npu_cases import random_layer
     import numpy as np
 
-    geo = LayerDescriptor(layer=0, shift=8, buffered=buffered, **geometry)
+    geo = LayerDescriptor(layer=0, shift=8, **geometry)
     lp = random_layer(random.Random(seed), geo)
     image = plan_subnet([lp], bmax)
     x = np.random.default_rng(seed).integers(-32768, 32768, size=(b, *image.tensors[0].shape),
                                              dtype=np.int64).astype(np.int16)
     image.write_input(x)
-    case = Case(layers=[lp], image=image, b=b, modes=[mode], x=x)
+    case = Case(layers=[lp], image=image, b=b, modes=[mode], x=x, buffered=[buffered])
     case.expected.append(layer_reference(x, geo, lp.weights, lp.bias))
     return case
 

@@ -6,7 +6,7 @@ generated Verilog draw their cases here, so the two check the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 import random
 
@@ -20,7 +20,8 @@ from fluidnpu.hw.regmap import supported_k_codes
 
 @dataclass
 class Case:
-    """One run: a subnet, its memory image, the batch and each layer's <BR, k_code>."""
+    """One run: a subnet, its memory image, the batch and each layer's <BR, k_code> (and whether its
+    FBCB entry marks it buffered: its input runs from the block input buffer of an NPU built with one)."""
 
     layers: list[LayerParams]
     image: SubnetImage
@@ -28,11 +29,15 @@ class Case:
     modes: list[tuple[int, int]]            # per layer (BR, k_code)
     x: np.ndarray                           # (b, h, w, c) int16 inputs
     expected: list[np.ndarray] = field(default_factory=list)   # per layer output (b, h, w, c)
+    buffered: list[bool] = field(default_factory=list)          # per layer; [] = none
+
+    def is_buffered(self, i: int) -> bool:
+        return bool(self.buffered) and self.buffered[i]
 
     def fbcb_words(self, layers: int, bmax: int) -> dict[int, int]:
         """FBCB_ADDR -> FBCB_DATA writes this case needs."""
         from fluidnpu.hw.regmap import encode_fbcb_entry, fbcb_index
-        return {fbcb_index(i, self.b, bmax): encode_fbcb_entry(br, k, bmax)
+        return {fbcb_index(i, self.b, bmax): encode_fbcb_entry(br, k, bmax, self.is_buffered(i))
                 for i, (br, k) in enumerate(self.modes)}
 
 
@@ -75,15 +80,14 @@ def random_modes(rng: random.Random, n: int, b: int, TR: int, TP: int, TC: int) 
 
 def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlayers: int = 2,
               b: int | None = None, in_shape: tuple[int, int, int] | None = None,
-              modes: list[tuple[int, int]] | None = None, max_c: int = 12, buffered: bool = False) -> Case:
-    """A random chain of layers (the last may be FC) and random inputs; `buffered`: every layer's
-    descriptor asks for the block input buffer."""
+              modes: list[tuple[int, int]] | None = None, max_c: int = 12,
+              buffered: bool | list[bool] = False) -> Case:
+    """A random chain of layers (the last may be FC) and random inputs; `buffered`: every layer's FBCB
+    entry asks for the block input buffer (or, a list, each layer's)."""
     shape = in_shape or (rng.randint(1, 6), rng.randint(1, 6), rng.randint(1, 9))
     geos = []
     for i in range(nlayers):
         g = random_geometry(rng, i, shape, max_c=max_c, fc=(i == nlayers - 1 and rng.random() < 0.3))
-        if buffered:
-            g = replace(g, buffered=True)
         geos.append(g)
         shape = (g.out_h, g.out_w, g.cout)
     layers = [random_layer(rng, g) for g in geos]
@@ -93,7 +97,8 @@ def make_case(rng: random.Random, *, bmax: int, TR: int, TP: int, TC: int, nlaye
         -32768, 32768, size=(b, *image.tensors[0].shape), dtype=np.int64).astype(np.int16)
     image.write_input(x)
     case = Case(layers=layers, image=image, b=b,
-                modes=modes or random_modes(rng, nlayers, b, TR, TP, TC), x=x)
+                modes=modes or random_modes(rng, nlayers, b, TR, TP, TC), x=x,
+                buffered=list(buffered) if isinstance(buffered, list) else [buffered] * nlayers)
     y = x
     for lp in layers:
         y = layer_reference(y.reshape(b, lp.geometry.in_h, lp.geometry.in_w, lp.geometry.cin),

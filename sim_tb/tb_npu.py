@@ -42,7 +42,8 @@ def _record(rows: list[dict]) -> None:
 
 def _case_row(cfg: dict, case: Case, result: dict, test: str) -> dict:
     return {"test": test, "b": case.b, "modes": case.modes,
-            "layers": [lp.geometry.__dict__ | {"P": lp.geometry.P} for lp in case.layers], **result}
+            "layers": [lp.geometry.__dict__ | {"P": lp.geometry.P, "buffered": case.is_buffered(i)}
+                       for i, lp in enumerate(case.layers)], **result}
 
 
 @cocotb.test()

@@ -26,11 +26,14 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=seconds)
 
 
-def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int | None = None) -> dict:
+def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int | None = None,
+                    ddr_mts: float | None = None) -> dict:
     data = json.loads((BOARD_DIR / "zc706.json").read_text())
     data["name"] = "tiny"
     if hp_ports is not None:
         data["axi_hp"]["ports"]["value"] = hp_ports
+    if ddr_mts is not None:
+        data["ddr"]["mega_transfers"]["value"] = ddr_mts
     data["resources"]["dsp"]["value"] = dsp
     data["resources"]["bram36"]["value"] = bram36
     data["resources"]["uram"]["value"] = uram

@@ -70,7 +70,7 @@ def test_search_finds_brute_force_optimum(make_board, tiny_workload, batching, s
     1..2, and 4 DSPs: the brute force is pure Python and each port count doubles it."""
     tiny_board = make_board(dsp=4, hp_ports=2)
     assert tiny_board.port_choices() == [1, 2]
-    opts = DSEOptions(bmax=3, batching=batching, stackable=stackable)
+    opts = DSEOptions(bmax=3, batching=batching, stackable=stackable, buffer=False)
     result = explore(tiny_workload, tiny_board, opts)
     score, design = brute_force(tiny_workload, tiny_board, 3, batching, stackable)
     assert math.isclose(result.score, score, rel_tol=1e-9), (result.TR, result.TP, result.TC, design)
@@ -208,13 +208,14 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
                         DSEOptions(bmax=3, ports=free.ports, stackable=free.options.stackable))
 
 
-@pytest.mark.parametrize("opts", [DSEOptions(bmax=4), DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5)),
-                                  DSEOptions(bmax=3, batching="fc")])
+@pytest.mark.parametrize("opts", [DSEOptions(bmax=4, buffer=False),
+                                  DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5), buffer=False),
+                                  DSEOptions(bmax=3, batching="fc", buffer=False)])
 @pytest.mark.heavy(22)
 def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload, opts):
     """On a bigger board (122,400 designs over its port, bank and PE spaces at Bmax 4, 100 TR per pair), the
     search's pick is the best of every design that fits, each scored exactly by the closed form (ties:
-    smaller TP, TC, TR)."""
+    smaller TP, TC, TR). Without the block input buffer: test_search_with_the_buffer_... has it."""
     board = make_board(dsp=24, bram36=32)
     layers = tiny_workload.layers()
     reps, counts = unique_layers(layers)
@@ -249,14 +250,15 @@ def test_branch_and_bound_equals_scoring_every_design(make_board, tiny_workload,
 
 
 def test_parallel_search_picks_what_the_serial_one_picks(make_board, tiny_workload, monkeypatch):
-    """Every space is searched against the first space's seed floor, so the spaces are independent:
-    the pick, its runners-up and the scored count are the same whether forked workers take them
-    as they come or one process searches them in order (both PE kinds and port counts searched)."""
+    """Every space is searched against the best score found so far (the first space's seed floor at
+    first): the pick is the same whether forked workers take the spaces as they come or one process
+    searches them in order (both PE kinds, port counts and buffers searched)."""
     from fluidnpu.dse import search
 
     board = make_board(dsp=24, bram36=24, hp_ports=2)
     spaces = search.design_spaces(tiny_workload, board, DSEOptions(bmax=4))
-    assert {(sp.ports, sp.stackable) for sp in spaces} == {(1, False), (1, True), (2, False), (2, True)}
+    assert {(sp.ports, sp.stackable, sp.buffer) for sp in spaces} == {
+        (p, st, buf) for p in (1, 2) for st in (False, True) for buf in (False, True)}
     monkeypatch.setattr(search, "PARALLEL_DESIGNS", 10**18)
     serial = explore(tiny_workload, board, DSEOptions(bmax=4))
     monkeypatch.setattr(search, "PARALLEL_DESIGNS", 0)
@@ -264,11 +266,10 @@ def test_parallel_search_picks_what_the_serial_one_picks(make_board, tiny_worklo
     assert pool is not None, "this machine has no second core or no fork: the test cannot run both paths"
     pool.shutdown()
     both = explore(tiny_workload, board, DSEOptions(bmax=4))
-    assert (serial.TR, serial.TP, serial.TC, serial.NB, serial.ports, serial.options.stackable) == (
-        both.TR, both.TP, both.TC, both.NB, both.ports, both.options.stackable)
-    assert serial.score == both.score and serial.runners_up == both.runners_up
-    assert serial.n_scored == both.n_scored and serial.n_designs == both.n_designs
-    assert all(np.isfinite(r["score"]) and r["score"] <= serial.score for r in serial.runners_up)
+    assert (serial.TR, serial.TP, serial.TC, serial.NB, serial.ports, serial.options.stackable, serial.input_buffer) \
+        == (both.TR, both.TP, both.TC, both.NB, both.ports, both.options.stackable, both.input_buffer)
+    assert serial.score == both.score and serial.n_designs == both.n_designs
+    assert all(np.isfinite(r["score"]) and r["score"] <= serial.score for r in serial.runners_up + both.runners_up)
 
 
 @given(hs.lists(hs.tuples(hs.integers(1, 5000), hs.integers(0, 300)), min_size=1, max_size=40),
@@ -303,7 +304,7 @@ def test_exact_ties_keep_the_smallest_tr_however_ranges_are_cut(monkeypatch):
     reps, counts = search.unique_layers(workload.layers())
     sp = search.Space(3, 2, True, np.array([18]), np.array([50]), np.array([5120]))
     scorer = search.space_scorer(sp, search.LayerShapes.of(reps), counts, DSEOptions(bmax=8), board,
-                                 board.clock_mhz, float(workload.total_macs))
+                                 board.clock_mhz, float(workload.total_macs), len(workload.layers()))
     TR = np.arange(5085, 5095)
     score = scorer.score_bound(TR, TR, np.full(TR.size, 18), np.full(TR.size, 50))[0]
     assert score[0] < score[1] and (score[1:] == score[1]).all()
@@ -311,3 +312,47 @@ def test_exact_ties_keep_the_smallest_tr_however_ranges_are_cut(monkeypatch):
         monkeypatch.setattr(search, "ROUND_RANGES", target)
         out = search.branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max)
         assert (out.TR, out.score) == (5086, score[1])
+
+
+def test_search_with_the_buffer_finds_the_optimum_over_every_tr(make_board, tiny_workload):
+    """With a block input buffer (each layer and batch size may run buffered where its blocks fit the
+    buffer the design has room for), on a board whose DDR is slow enough that it pays: the pick is the best of every <TR, TP, TC> that fits, each priced
+    whole (`best_cycles`, no bound), at every port and bank count; and every layer the plan buffers
+    fits the chosen buffer as the RTL fills it (`exact_block_words`)."""
+    from fluidnpu.dse.buffer_fit import exact_block_words
+    from fluidnpu.dse.search import best_cycles, buffer_words_fn, choices, fill_geometry
+
+    board = make_board(dsp=4, bram36=16, hp_ports=2, ddr_mts=60)     # a DDR slow enough for the buffer to pay
+    bmax, layers = 3, tiny_workload.layers()
+    opts = DSEOptions(bmax=bmax, buffer=True, stackable=True)
+    result = explore(tiny_workload, board, opts)
+    shapes = LayerShapes.of(layers)
+    best = (-1.0, None)
+    for P in board.port_choices():
+        for NB in bank_choices(bmax):
+            TP, TC = enumerate_tp_tc(board.dsp)
+            tr = max_tr(TP, TC, board, bmax, len(layers), True, bmax * 25, banks=NB, ports=P, buffer=True)
+            d = [np.concatenate([np.full(int(n), v) for v, n in zip(x, tr)])[:, None]
+                 for x in (np.ones_like(TP), TP, TC)]
+            d[0] = np.concatenate([np.arange(1, int(n) + 1) for n in tr])[:, None]
+            depth = buffer_words_fn(board, bmax, len(layers), True, NB, P)(*d)
+            score = sum(2.0 * b * tiny_workload.total_macs * board.clock_mhz * 1e6 / 1e9
+                        / best_cycles(*d, shapes, b, choices("fluid", b, True, True), board.bus(board.clock_mhz, P),
+                                      opts.timing, NB, depth)[0].sum(axis=1)
+                        for b in range(1, bmax + 1))
+            order = np.lexsort((d[0][:, 0], d[2][:, 0], d[1][:, 0], -score))
+            i = order[0]
+            if score[i] > best[0] * (1 + 1e-12):
+                best = (float(score[i]), (int(d[0][i, 0]), int(d[1][i, 0]), int(d[2][i, 0]), NB, P))
+    assert math.isclose(result.score, best[0], rel_tol=1e-9)
+    assert (result.TR, result.TP, result.TC, result.NB, result.ports) == best[1]
+    plan = result.plan
+    assert any(any(row) for row in plan.buffered) and result.input_buffer > 0
+    for li, layer in enumerate(layers):
+        out_w, out_h, in_h, sh, kh, row_words = fill_geometry(layer)
+        for b in range(1, bmax + 1):
+            if plan.buffered[li][b - 1]:
+                words = exact_block_words(result.TR, result.TP, result.TC,
+                                          (out_w, out_h, in_h, sh, kh, layer.pads[0], row_words), layer.R, layer.P,
+                                          layer.C, b, plan.BR[li][b - 1], plan.k_code[li][b - 1], result.NB)
+                assert words <= result.input_buffer

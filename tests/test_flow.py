@@ -16,10 +16,12 @@ def test_flow_runs_every_step(tmp_path, capsys):
     rep = json.loads(capsys.readouterr().out)
     main_bundle = load_bundle(tmp_path / "design.json")
     assert main_bundle.workload.name.lower().startswith("resnet") and main_bundle.bmax == 8
-    keys = ("TR", "TP", "TC", "NB", "ports")
-    assert rep["main_design"]["design"] == dict(zip(keys, (*main_bundle.design, main_bundle.banks, main_bundle.ports)))
+    keys = ("TR", "TP", "TC", "NB", "ports", "input_buffer")
+    assert rep["main_design"]["design"] == dict(zip(keys, (*main_bundle.design, main_bundle.banks, main_bundle.ports,
+                                                           main_bundle.input_buffer)))
     digits = load_bundle(tmp_path / "digits" / "design.json")
-    assert rep["digits_design"]["design"] == dict(zip(keys, (*digits.design, digits.banks, digits.ports)))
+    assert rep["digits_design"]["design"] == dict(zip(keys, (*digits.design, digits.banks, digits.ports,
+                                                             digits.input_buffer)))
     rtl_files = rep["rtl"]["files"]
     verilog = (tmp_path / "digits" / "vivado" / "rtl" / "fluidnpu_npu.v").read_text()
     assert str(tmp_path / "digits" / "vivado" / "rtl" / "fluidnpu_npu.v") in rtl_files.values()

@@ -367,3 +367,40 @@ def test_the_block_input_buffers_bram_is_what_yosys_mapped():
     full = 256 * window                    # 2 x 256 rows a bank: one BRAM36 in 512 x 72
     assert input_buffer_bram36(rec["TP"], full) == rec["banks"]
     assert input_buffer_bram36(rec["TP"], full + 1) > rec["banks"]
+
+
+def test_the_block_input_buffer_model_matches_yosys():
+    """`input_buffer_logic` (less its walker and join) within 8 % of every Yosys point of the buffer
+    (docs/figures/resources/input_buffer_points.json), the walker as recorded, and a design's
+    resources with a buffer add exactly its BRAM36 and logic; `buffer_room` gives back a buffer that
+    fits what the design leaves."""
+    import json
+    from pathlib import Path
+
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.resource_model import (BUFFER_JOIN, BUFFER_WALKER, buffer_banks_of, buffer_room,
+                                             design_resources, input_buffer_bram36, input_buffer_logic,
+                                             input_buffer_words)
+
+    doc = json.loads((Path(__file__).parents[1] / "docs/figures/resources/input_buffer_points.json").read_text())
+    for pt in doc["points"]:
+        tp = np.array(pt["TP"])
+        assert int(buffer_banks_of(tp)) == pt["banks"]
+        assert input_buffer_bram36(pt["TP"], pt["depth_words"]) == pt["bram36"]
+        lut, ff = input_buffer_logic(tp, pt["bram36"] / pt["banks"])
+        assert abs(lut - BUFFER_JOIN[0] - BUFFER_WALKER[0] - pt["lut"]) <= 0.08 * pt["lut"], pt
+        assert abs(ff - BUFFER_JOIN[1] - BUFFER_WALKER[1] - pt["ff"]) <= 0.08 * pt["ff"], pt
+        assert abs(BUFFER_WALKER[0] - pt["fill_walker"]["lut"]) <= 20
+    cu = doc["control_unit"]
+    assert BUFFER_JOIN[0] == cu["with_buffer"]["lut"] - cu["without"]["lut"] - 2682 - 596
+    board = load_board("zc706")
+    plain = design_resources(1372, 14, 64, board, 8, 70, True, banks=2, ports=3)
+    words = 301_152
+    built = design_resources(1372, 14, 64, board, 8, 70, True, banks=2, ports=3, input_buffer=words)
+    assert built.bram36 - plain.bram36 == input_buffer_bram36(14, words)
+    assert built.lut > plain.lut + BUFFER_JOIN[0] + BUFFER_WALKER[0]
+    room = int(buffer_room(np.array(1372), np.array(14), np.array(64), board, 8, 70, True, banks=2, ports=3))
+    assert room >= 1 and int(input_buffer_words(np.array(14), room)) >= words
+    fits = design_resources(1372, 14, 64, board, 8, 70, True, banks=2, ports=3,
+                            input_buffer=int(input_buffer_words(np.array(14), room)))
+    assert fits.bram36 <= board.limit("bram36") and fits.lut <= board.limit("lut")

@@ -47,9 +47,27 @@ def test_costs_are_the_benchmark_fit() -> None:
 def test_dse_reports_the_proxy() -> None:
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result
-    from fluidnpu.dse.search import evaluate_design
+    from fluidnpu.dse.search import DSEOptions, evaluate_design
     from fluidnpu.zoo import zoo_model
 
-    res = evaluate_design(zoo_model("digits-ee"), load_board("zc706"), 64, 4, 4)
+    res = evaluate_design(zoo_model("digits-ee"), load_board("zc706"), 64, 4, 4, DSEOptions(buffer=False))
     assert res.timing_proxy == design_timing(64, 4, 4, res.options.bmax, banks=res.NB)
     assert bundle_from_result(res).data["timing_proxy"]["lut_levels"] == res.timing_proxy.lut_levels
+
+
+def test_the_block_input_buffer_adds_its_measured_levels():
+    """A design with the block input buffer reports its read path and its join: Yosys measured the buffer
+    at 4 levels up to 4 BRAM36 a bank and 6 at 18 (docs/figures/resources/input_buffer_points.json), the
+    control unit with it joined at 8; a design without one reports neither."""
+    import json
+    from pathlib import Path
+
+    from fluidnpu.dse.timing_model import design_timing, input_buffer_levels
+
+    doc = json.loads((Path(__file__).parents[1] / "docs/figures/resources/input_buffer_points.json").read_text())
+    for pt in doc["points"]:
+        assert input_buffer_levels(pt["bram36"] / pt["banks"]) == pt["lut_levels"], pt
+    plain = design_timing(1372, 14, 64, 8, banks=2)
+    built = design_timing(1372, 14, 64, 8, banks=2, buffer_per_bank=37)
+    assert "input_buffer" not in plain.levels and built.levels["input_buffer"] == 6
+    assert built.levels["buffer_join"] == 8 and built.lut_levels == max(plain.lut_levels, 8)

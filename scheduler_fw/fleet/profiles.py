@@ -85,7 +85,8 @@ def npu_switch_seconds(bundle: Any, workload: Any, mmio_write_ns: float = MMIO_W
 
 def design_result(bundle: Any, workload: Any) -> Any:
     """The DSE result of `workload` on the bundle's design: the same <TR, TP, TC> at the bundle's clock,
-    Bmax, batching, stackable PEs, engine timing and banks (`fluidnpu.dse.search.evaluate_design`)."""
+    Bmax, batching, stackable PEs, engine timing, banks and block input buffer
+    (`fluidnpu.dse.search.evaluate_design`)."""
     from fluidnpu.dse.search import DSEOptions, evaluate_design
 
     have, need = len(bundle.workload.layers()), len(workload.layers())
@@ -96,7 +97,8 @@ def design_result(bundle: Any, workload: Any) -> Any:
     opts = DSEOptions(bmax=bundle.bmax, batching=d["batching"], stackable=d["stackable"], timing=bundle.timing,
                       clock_mhz=bundle.clock_mhz, banks=bundle.banks, ports=bundle.ports)
     TR, TP, TC = bundle.design
-    return evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True)
+    return evaluate_design(workload, bundle.board, TR, TP, TC, opts, allow_oversize=True,
+                           input_buffer=bundle.input_buffer)
 
 
 def bundle_on_design(bundle: Any, workload: Any) -> Any:
