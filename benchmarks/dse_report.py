@@ -89,7 +89,7 @@ def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
     util = r.resources.utilisation(board)
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     return {"model": model, "board": board_name, "workload": "with exits", "scheme": scheme,
-            "TR": r.TR, "TP": r.TP, "TC": r.TC, "NB": r.NB, "ports": r.ports,
+            "TR": r.TR, "TP": r.TP, "TC": r.TC, "NB": r.NB, "ports": r.ports, "input_buffer": r.input_buffer,
             "stackable": bool(r.options.stackable), "paper": "x".join(map(str, PAPER[model, board_name])),
             "dsp_pct": round(100 * util["dsp"], 2), "bram_pct": round(100 * util["bram36"], 2),
             "uram_pct": round(100 * util["uram"], 2), "lut_pct": round(100 * util["lut"], 2),
@@ -97,6 +97,7 @@ def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
             "gops_b8": round(r.gops[7], 1),
             "peak_gops": round(r.peak_gops, 1), "board_peak_gops": round(board_peak, 1),
             **{f"board_peak_frac_b{b}": round(r.gops[b - 1] / board_peak, 4) for b in range(1, len(r.gops) + 1)},
+            "lut_levels": r.timing_proxy.lut_levels if r.timing_proxy else None,
             "designs": r.n_designs, "seconds": round(r.seconds, 2)}
 
 
@@ -104,19 +105,20 @@ def picks_markdown(rows: list[dict]) -> str:
     """The four picks (both zoo models with exits on both boards, `fluidnpu dse`'s default, Bmax 8) against
     issue 7's targets: DSP >= 98 %, LUT <= 80 %, the rest <= 100 %, >= 88 % of the board's DSP peak for
     ResNet-50 at b = 4..8."""
-    out = ["| model / board | pick <TR, TP, TC> | PEs | banks NB | AXI ports P | DSP | LUT | FF | BRAM36 | URAM | GOp/s b=1 "
-           "| b=4 | b=8 | share of board peak b=1 / b=4 / b=8 (min over b=4..8) | DSE s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| model / board | pick <TR, TP, TC> | PEs | banks NB | AXI ports P | input buffer (words a half) | DSP | LUT "
+           "| FF | BRAM36 | URAM | GOp/s b=1 | b=4 | b=8 | share of board peak b=1 / b=4 / b=8 (min over b=4..8) "
+           "| LUT levels | DSE s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["workload"] != "with exits" or r["scheme"] != PICK[0]:
             continue
         fr = [r[f"board_peak_frac_b{b}"] for b in range(1, 9)]
         out.append(f"| {r['model']} / {r['board']} | <{r['TR']}, {r['TP']}, {r['TC']}> | {'stackable' if r['stackable'] else 'plain'} | {r['NB']} | {r['ports']} | "
-                   f"{r['dsp_pct']:.1f} % | "
+                   f"{r['input_buffer']:,} | {r['dsp_pct']:.1f} % | "
                    f"{r['lut_pct']:.1f} % | {r['ff_pct']:.1f} % | {r['bram_pct']:.1f} % | {r['uram_pct']:.1f} % | "
                    f"{r['gops_b1']:.1f} | {r['gops_b4']:.1f} | {r['gops_b8']:.1f} | "
                    f"{100 * fr[0]:.1f} / {100 * fr[3]:.1f} / {100 * fr[7]:.1f} % ({100 * min(fr[3:]):.1f} %) | "
-                   f"{r['seconds']:.1f} |")
+                   f"{r['lut_levels']} | {r['seconds']:.1f} |")
     return "\n".join(out) + "\n"
 
 

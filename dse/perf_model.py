@@ -277,7 +277,8 @@ class FillShape:
         t_lo, t_hi = np.asarray(t_lo, dtype=float), np.asarray(t_hi, dtype=float)
         npix = self.out_w * self.out_h
         rate = np.minimum.reduce([self.rows(t)[1] / t for t in (t_lo, np.clip(npix, t_lo, t_hi), t_hi)])
-        return replace(self, rate=rate)
+        # a hair below: rate * t must not round above rows(t) where the reads' count is a ceiling
+        return replace(self, rate=rate * (1 - 1e-12))
 
     def rows(self, t: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """(output rows, input rows) a block of t rows (output pixels) of one group touches; a block
@@ -1113,11 +1114,13 @@ def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     return np.where(setup.regroups, per_tile, 0)
 
 
-def _prologue(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+def _prologue(setup: LayerSetup, rb: RowBlocks, skew: ArrayLike = 0.0) -> np.ndarray:
+    """The layer's first step, fetched before anything computes (`skew`: the several-port skew the
+    DSE's bound adds to it, which a buffered layer's first fill overlaps like the rest)."""
     # the first pass's set-up is in the prologue
     costs = setup.mode.costs
     groups = np.where(setup.npass == 1, setup.h, setup.g)
-    pro = costs.prologue(rb.t0_first, setup.first, groups)
+    pro = costs.prologue(rb.t0_first, setup.first, groups) + skew
     if costs.fill is None:
         return pro
     # buffered: the layer's first step also waits for its block's fill (every later block's fill, a later
@@ -1179,7 +1182,7 @@ def layer_cycles_low(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike, at_hi: Lay
     rb_hi = row_blocks(free, hi)
     groups = np.where(setup.npass == 1, setup.h, setup.g)
     skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, groups)
-    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo) + skew,
+    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo, skew),
                      np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
     return low.cycles(free)
 

@@ -5,7 +5,7 @@ matplotlib is an optional extra ('plot'); it is imported only when a plot is dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -48,7 +48,9 @@ def mode_study(result: DSEResult, b: int) -> list[LayerModeStudy]:
     timing = result.options.timing
 
     def best(cands: list[Choice]) -> np.ndarray:
-        return best_cycles(*d, shapes, b, cands, bpc, timing, result.NB)[0][0]
+        # on a design with the block input buffer every choice may also run buffered where it fits
+        both = cands + [replace(ch, buffered=True) for ch in cands] if result.input_buffer else cands
+        return best_cycles(*d, shapes, b, both, bpc, timing, result.NB, result.input_buffer)[0][0]
 
     r = best([Choice(b, 0)])
     fluid = best([Choice(br, 0) for br in range(b, 0, -1)])

@@ -306,7 +306,7 @@ def buffered_low(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarr
         fit, miss = np.where(open_ & ok, mid, fit), np.where(open_ & ~ok, mid, miss)
     top = np.maximum(fit, lo)
     rb_lo, rb_hi = row_blocks(setup, lo), row_blocks(setup, top)
-    t_lo = np.maximum(np.minimum(rb_lo.t0_full, rb_lo.t0_last), 1)
+    t_lo = np.maximum(np.minimum(rb_lo.full[1], rb_lo.last[1]), 1)     # the smallest block (balanced blocks: s, s + 1)
     t_hi = np.maximum(np.maximum(rb_hi.t0_full, rb_hi.t0_last), t_lo)
     low = layer_cycles_low(reprice(fill.linear(t_lo, t_hi)), lo, top)
     return np.where(fit >= lo, low, np.inf)
@@ -541,7 +541,8 @@ def split_ranges(pair: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
                      progress: ProgressFn | None = None, floor: float = -np.inf,
-                     ties: bool = False, shared: "SharedFloor | None" = None) -> SearchOutcome:
+                     ties: bool = False, shared: "SharedFloor | None" = None,
+                     tie_key: tuple = ()) -> SearchOutcome:
     """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
     so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
 
@@ -555,12 +556,15 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     `floor`: a score already found elsewhere (another bank or port count); only designs scoring
     above it are sought (`ties`: or equal to it, when this space comes earlier in the tie order):
     the outcome's score is then <= floor (< floor with `ties`) when there is none. `shared`: the best
-    score the other spaces have found so far, read each round as a higher floor and told this
-    space's best (every design that ties the optimum still reaches it, so the pick does not change).
+    score the other spaces have found so far and its space's `tie_key`, read each round as a higher
+    floor (ties kept only where this space, `tie_key`, comes first in the tie order: a tie it would
+    lose cannot be the pick) and told this space's best, so the pick does not change.
     """
 
     def above(x: np.ndarray | float) -> np.ndarray:
         return (x >= floor) if ties else (x > floor)
+
+    keep_ties = ties
 
     n_total = int(tr_max.sum())
     pair_score = np.full(TP.size, -np.inf)
@@ -578,7 +582,9 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     best, key = -np.inf, (0, 0, 0)
     while pair.size:
         if shared is not None:
-            floor = max(floor, shared.get())
+            score_elsewhere, key_elsewhere = shared.get()
+            if score_elsewhere > floor or (score_elsewhere == floor and key_elsewhere < tie_key):
+                floor, ties = score_elsewhere, bool(keep_ties and tie_key <= key_elsewhere)
         # a range whose bound is below a design already scored (the seeds', the best so far) or
         # the floor holds no winner: its batch sizes stop being priced once that shows
         score, bound = scorer.score_bound(lo, hi, TP[pair], TC[pair], threshold=max(best, floor, seed_best))
@@ -592,7 +598,7 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
         i = int(np.lexsort((pair_tr, TC, TP, -pair_score))[0])
         best, key = pair_score[i], (int(TP[i]), int(TC[i]), int(pair_tr[i]))
         if shared is not None and np.isfinite(best):
-            shared.offer(float(best))
+            shared.offer(float(best), tie_key)
         if above(best):
             live = (bound > best) | ((bound >= reach(best)) & _before(TP[pair], TC[pair], lo, key))
         else:
@@ -690,7 +696,8 @@ def search_space(sp: Space, floor: float, shapes: LayerShapes, counts: np.ndarra
     tie order between spaces is settled when their outcomes meet). `progress(done)`: designs settled."""
     scorer = space_scorer(sp, shapes, counts, options, board, clock, macs, n_layers)
     step = (lambda d, _t: progress(d)) if progress else None
-    out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=floor, ties=True, shared=_SHARED_FLOOR)
+    out = branch_and_bound(scorer, sp.TP, sp.TC, sp.tr_max, step, floor=floor, ties=True, shared=_SHARED_FLOOR,
+                           tie_key=sp.tie_key)
     return SpaceOutcome(out if out.score >= floor else None, sp, out.n_scored)
 
 
@@ -698,19 +705,26 @@ class SharedFloor:
     """The best score any space of one search has found so far, in shared memory: forked workers
     inherit it (`_SHARED_FLOOR`), so each space is searched against the others' progress."""
 
+    KEY = 4   # a space's tie key: ports, banks, stackable, buffer
+
     def __init__(self, value: float) -> None:
         import multiprocessing
 
-        self._value = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
-                                                  else None).Value("d", value)
+        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        # the score, then the tie key of the space that found it (the seed's: after every space's)
+        self._value = ctx.Array("d", [value] + [float("inf")] * self.KEY)
 
-    def get(self) -> float:
-        return float(self._value.value)
-
-    def offer(self, score: float) -> None:
+    def get(self) -> tuple[float, tuple]:
         with self._value.get_lock():
-            if score > self._value.value:
-                self._value.value = score
+            score, *key = self._value[:]
+        return score, tuple(key)
+
+    def offer(self, score: float, tie_key: tuple) -> None:
+        """`score` found in the space of `tie_key`: kept if higher, or equal and earlier in the tie order."""
+        with self._value.get_lock():
+            key = tuple(self._value[1:])
+            if score > self._value[0] or (score == self._value[0] and tuple(map(float, tie_key)) < key):
+                self._value[:] = [score, *map(float, tie_key)]
 
 
 _SHARED_FLOOR: SharedFloor | None = None   # set by `explore` while it runs (a fork pool's workers inherit it)
@@ -744,9 +758,10 @@ def _search_spaces(spaces: list[Space], floor: float, args: tuple[Any, ...], n_t
         from concurrent.futures import as_completed
 
         with pool:
-            # Stackable spaces at the most ports first: the near ties, the longest searches, start
-            # early and the short ones fill in behind them
-            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, not sp.buffer, -sp.ports, sp.banks))
+            # Stackable spaces with the buffer and the fewest banks first, most ports first: the near ties, the
+            # longest searches, start early (each port count's best then prunes the other bank counts) and
+            # the short ones fill in behind them
+            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, not sp.buffer, sp.banks, -sp.ports))
             futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in heavy_first}
             done = 0
             for fut in as_completed(futures):
@@ -822,6 +837,8 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     options.validate(board)
     if min(TR, TP, TC) < 1:
         raise FluidError(f"design <{TR}, {TP}, {TC}>: every size must be >= 1")
+    if input_buffer is not None:
+        options = replace(options, buffer=input_buffer > 0)
     n_layers = len(workload.layers())
     clock = options.clock_mhz or board.clock_mhz
     if allow_oversize:
@@ -848,7 +865,7 @@ def evaluate_design(workload: Workload, board: Board, TR: int, TP: int, TC: int,
     best = max(range(len(fits)), key=lambda i: (scores[i], [-int(v) for v in fits[i]]))
     p, nb, st, buf = fits[best]
     return _finish(workload, board, options.resolved(st, buf), clock, TR, TP, TC, score=None, n_designs=1, t0=t0,
-                   banks=nb, ports=p)
+                   banks=nb, ports=p, buffer_words=input_buffer)
 
 
 def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float, TR: int, TP: int, TC: int,

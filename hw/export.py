@@ -170,14 +170,18 @@ def markdown(params: NpuParams | None = None) -> str:
         "The Fluid Batching Control Block holds L·Bmax entries, entry `layer·Bmax + (b−1)` giving ⟨BR, k⟩ "
         "for layer `layer` (execution order) at active batch size b. An entry is `k_code | (BR−1) << 2`: "
         "2 bits of k code (" + ", ".join(f"{c}: k = {_K_NAMES[k]}" for c, k in K_CODES.items()) + ") and "
-        "ceil(log2 Bmax) bits of BR−1 (none when Bmax = 1). `fluidnpu.hw.regmap.encode_fbcb_entry` / "
+        "ceil(log2 Bmax) bits of BR−1 (none when Bmax = 1); on an NPU built with the block input buffer "
+        "(`design.input_buffer`) one more bit, BUFFERED (`| buffered << (2 + ceil(log2 Bmax))`): the layer's "
+        "input runs at that batch size are answered from the buffer. `fluidnpu.hw.regmap.encode_fbcb_entry` / "
         "`decode_fbcb_entry` and `fbcb_table(bundle)` do the packing. The bitstream starts with the "
         "bundle's table; the driver may rewrite it through FBCB_ADDR/FBCB_DATA while idle.",
         "",
         "## Design hash (CFG_DESIGN_HASH)",
         "",
         "CRC-32 (the zlib/IEEE polynomial) of the little-endian uint32 words TR, TP, TC, Bmax, L, NB (the input banks, "
-        "`design.NB`), P (the AXI master ports, `design.ports`) and then the L·Bmax packed FBCB entries in index order (`fluidnpu.hw.regmap.design_hash(bundle)`). A driver "
+        "`design.NB`), P (the AXI master ports, `design.ports`), on a design with the block input buffer its words "
+        "a half (`design.input_buffer`), and then the L·Bmax packed FBCB entries in index order "
+        "(`fluidnpu.hw.regmap.design_hash(bundle)`). A driver "
         "compares it with its bundle's and refuses a bitstream built from another design.",
         "",
     ]

@@ -36,7 +36,7 @@ def same_design_ablation(workload, board, bundle, bmax: int) -> dict[str, list[f
 
     TR, TP, TC = bundle.design
     result = evaluate_design(workload, board, TR, TP, TC, DSEOptions(bmax=bmax, banks=bundle.banks, ports=bundle.ports,
-                                                                       stackable=True))
+                                                                       stackable=True), input_buffer=bundle.input_buffer)
     f = result.clock_mhz * 1e6
     macs = workload.total_macs
     series: dict[str, list[float]] = {"R only": [], "+ Fluid Batching": [], "+ Stackable PEs": [], "both": []}

@@ -52,10 +52,11 @@ def test_block_words_bound_the_rtls_fill(case, TR):
 
 
 @settings(max_examples=400, deadline=None)
-@given(convs, st.integers(1, 150), st.integers(0, 80), st.integers(0, 3000), st.sampled_from([(0.5, 8.0), (4.0, 8.0)]))
+@given(convs, st.integers(1, 150), st.integers(0, 80), st.integers(0, 3000), st.sampled_from([(0.5, 8.0), (4.0, 8.0), (16.0, 8.0), (24.0, 8.0)]))
 def test_buffered_bound_is_below_the_cycles_on_the_whole_range(case, lo, width, depth, bus):
     """A buffer of `depth` words a half at every TR of the range: the bound is at most the choice's
-    cycles (inf where its blocks do not fit) at each TR in [lo, lo + width]."""
+    cycles (inf where its blocks do not fit) at each TR in [lo, lo + width], on one port and on two
+    and three (where the bound takes the ports' skew apart: it must stay inside the first fill's max)."""
     layer = _layer(case)
     shapes, tp, tc, setup = _setup(case, layer, bus)
     TP, TC, *_, b, BR, k, NB = case

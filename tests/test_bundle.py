@@ -74,3 +74,32 @@ def test_not_json_and_missing(tmp_path):
         load_bundle(bad)
     with pytest.raises(FluidError, match="does not exist"):
         load_bundle(tmp_path / "nope.json")
+
+
+def test_a_design_with_the_block_input_buffer_carries_it_to_the_npu(make_board, tiny_workload, tmp_path):
+    """A DSE result with the block input buffer (a board whose DDR is slow enough for it to pay): the bundle
+    records its words a half and marks the buffered FBCB entries [BR, k, 1]; NpuParams builds the buffer
+    and packs each BUFFERED bit where the plan has it; the design hash covers the buffer; a buffered entry
+    on a bundle without a buffer is refused in one line."""
+    from fluidnpu.hw.regmap import NpuParams, decode_fbcb_entry, design_hash, fbcb_buffered, fbcb_entry_bits
+
+    result = explore(tiny_workload, make_board(dsp=4, bram36=16, hp_ports=2, ddr_mts=60),
+                     DSEOptions(bmax=3, buffer=True, stackable=True))
+    assert result.input_buffer > 0 and any(any(row) for row in result.plan.buffered)
+    path = tmp_path / "design.json"
+    bundle_from_result(result).save(path)
+    b = load_bundle(path)
+    assert b.input_buffer == result.input_buffer and b.data["fbcb"]["bits_per_entry"] == fbcb_entry_bits(3) + 1
+    params = NpuParams.from_bundle(b)
+    assert params.input_buffer == result.input_buffer and params.fbcb_width == fbcb_entry_bits(3) + 1
+    for li, row in enumerate(result.plan.buffered):
+        for bb, buffered in enumerate(row, start=1):
+            word = params.fbcb[li * 3 + bb - 1]
+            assert fbcb_buffered(word, 3) == buffered and b.fbcb(li, bb).buffered == buffered
+            assert decode_fbcb_entry(word, 3) == (result.plan.BR[li][bb - 1], result.plan.k_code[li][bb - 1])
+    data = json.loads(path.read_text())
+    without = json.loads(path.read_text())
+    del without["design"]["input_buffer"]
+    assert design_hash(data) != design_hash(without)
+    with pytest.raises(FluidError, match="buffered but design.input_buffer"):
+        Bundle(without)

@@ -320,7 +320,7 @@ def test_search_with_the_buffer_finds_the_optimum_over_every_tr(make_board, tiny
     whole (`best_cycles`, no bound), at every port and bank count; and every layer the plan buffers
     fits the chosen buffer as the RTL fills it (`exact_block_words`)."""
     from fluidnpu.dse.buffer_fit import exact_block_words
-    from fluidnpu.dse.search import best_cycles, buffer_words_fn, choices, fill_geometry
+    from fluidnpu.dse.search import Space, best_cycles, buffer_words_fn, choices, fill_geometry, space_scorer
 
     board = make_board(dsp=4, bram36=16, hp_ports=2, ddr_mts=60)     # a DDR slow enough for the buffer to pay
     bmax, layers = 3, tiny_workload.layers()
@@ -340,6 +340,13 @@ def test_search_with_the_buffer_finds_the_optimum_over_every_tr(make_board, tiny
                         / best_cycles(*d, shapes, b, choices("fluid", b, True, True), board.bus(board.clock_mhz, P),
                                       opts.timing, NB, depth)[0].sum(axis=1)
                         for b in range(1, bmax + 1))
+            # the search's own scorer agrees, and its bound at one TR is never below the score (the
+            # several-port skew and the first fill's max: a bound below lost Inception-v3/ZC706's tie)
+            reps, counts = unique_layers(layers)
+            scorer = space_scorer(Space(P, NB, True, TP, TC, tr, True), LayerShapes.of(reps), counts, opts, board,
+                                  board.clock_mhz, float(tiny_workload.total_macs), len(layers))
+            exact, bound = scorer.score_bound(d[0][:, 0], d[0][:, 0], d[1][:, 0], d[2][:, 0])
+            assert np.allclose(exact, score, rtol=1e-12) and (bound >= exact * (1 - 1e-12)).all()
             order = np.lexsort((d[0][:, 0], d[2][:, 0], d[1][:, 0], -score))
             i = order[0]
             if score[i] > best[0] * (1 + 1e-12):
