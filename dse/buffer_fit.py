@@ -58,8 +58,8 @@ def block_words(fill: FillShape, setup: LayerSetup, rb: RowBlocks, TP: np.ndarra
     return np.where(setup.npass > 1, np.maximum(full, last), last)
 
 
-def exact_block_words(TR: int, TP: int, TC: int, geometry: tuple[int, ...], npix: int, P: int, C: int, b: int,
-                      BR: int, k_code: int, banks: int) -> int:
+def exact_block_words(TR: int, TP: int, TC: int, geometry: tuple[int, int, int, int, int, int, int], npix: int,
+                      P: int, C: int, b: int, BR: int, k_code: int, banks: int) -> int:
     """The most words any block of a buffered layer needs in a half, exactly as the RTL fills it: the
     layer's blocks (dse/tiling.py's schedule, the one the RTL runs), each block's groups' regions as the
     fill walker reads them (`fill_regions`), one after another in one half (`block_fill_end`). Every

@@ -752,7 +752,7 @@ def _search_spaces(spaces: list[Space], floor: float, args: tuple[Any, ...], n_t
         outcomes, base = [], 0
         for sp in spaces:
             step = (lambda d, b=base: progress(b + d, n_total)) if progress else None
-            outcomes.append(search_space(sp, floor, *args, step))
+            outcomes.append(search_space(sp, floor, *args, progress=step))
             base += int(sp.tr_max.sum())
     else:
         from concurrent.futures import as_completed
