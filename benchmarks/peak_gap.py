@@ -56,7 +56,7 @@ from unittest import mock
 import numpy as np
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.perf_model import Bus, FillShape, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
+from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
 from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
                                  explore, k_codes, modes_of)
@@ -83,7 +83,7 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     # each layer at its plan's choice: from DDR, or buffered where the pick's plan buffers it
     modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing), **buffered_modes(TP, TC, shapes, ks, x, timing)}
                               for x in (bus, fast_bus, free_bus))
-    buffered_modes_ = modes_of(TP, TC, shapes, ks, bus, timing, fill=layer_fills(layers, r.TP, r.TC))
+    buffered_modes_ = modes_of(TP, TC, shapes, ks, bus, timing, fill=shapes.fills(r.TP, r.TC))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     memory_rate = board.bytes_per_cycle(r.clock_mhz)
     rows = []
@@ -168,16 +168,6 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     return {"model": model, "board": board_name, "design": [r.TR, r.TP, r.TC], "NB": r.NB, "ports": r.ports,
             "stackable": r.options.given_stackable(), "board_peak_gops": board_peak,
             "design_peak_share": r.TP * r.TC / board.dsp, "rows": rows}
-
-
-def layer_fills(layers: list[Any], TP: int, TC: int) -> FillShape:
-    """Every layer's input as the block input buffer's fill walker would read it (row vectors, as
-    `LayerShapes`): what `perf_model` prices a buffered layer by."""
-    def row(values: list[int]) -> np.ndarray:
-        return np.asarray(values, dtype=np.int64)[None, :]
-    return FillShape.of(TP, TC, row([x.out_hw[1] for x in layers]), row([x.out_hw[0] for x in layers]),
-                        row([x.in_hw[0] for x in layers]), row([x.stride[0] for x in layers]),
-                        row([x.kernel[0] for x in layers]), row([x.in_hw[1] * x.in_ch for x in layers]))
 
 
 def block_input_words(layer: Any, b: int, t: int) -> int:

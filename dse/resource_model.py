@@ -169,6 +169,12 @@ def buffer_banks_of(TP: np.ndarray) -> np.ndarray:
     return windows(TP) // BUFFER_LANES
 
 
+def input_buffer_per_bank(TP: int, words: int) -> float:
+    """BRAM36 a bank of a block input buffer of `words` words a half (0: none): what its LUTs and
+    its read path's depth grow with."""
+    return input_buffer_bram36(TP, words) / int(buffer_banks_of(np.array(TP))) if words else 0.0
+
+
 def input_buffer_words(TP: np.ndarray, per_bank: np.ndarray) -> np.ndarray:
     """Words a half of a block input buffer holds at `per_bank` BRAM36 a bank (the inverse of
     `input_buffer_bram36`): each BRAM36 holds 256 rows of each half, a row a window."""
@@ -409,7 +415,7 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
                         port_bits=board.hp_width_bits, buffer=buffer)
     if buffer:
         ram = input_buffer_bram36(TP, input_buffer)
-        bl, bf = input_buffer_logic(np.array(TP), ram / int(buffer_banks_of(np.array(TP))))
+        bl, bf = input_buffer_logic(np.array(TP), input_buffer_per_bank(TP, input_buffer))
         bram, lut, ff = bram + ram, lut + bl, ff + bf
     return Resources(dsp=int(TP * TC), bram36=bram, uram=uram, lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax, buffer), placement=placement)

@@ -30,8 +30,8 @@ from fluidnpu.dse.buffer_fit import block_words
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
                                      layer_cycles_bound, layer_cycles_low, layer_edge, layer_inside, layer_parts, layer_setup,
                                      mode_costs, row_blocks, windows)
-from fluidnpu.dse.resource_model import (Resources, buffer_banks_of, buffer_room, buffers_bram36, design_resources,
-                                         feasible_designs, input_buffer_bram36, input_buffer_words, max_tr, over_limits)
+from fluidnpu.dse.resource_model import (Resources, buffer_room, buffers_bram36, design_resources, feasible_designs,
+                                         input_buffer_per_bank, input_buffer_words, max_tr, over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
 from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.errors import FluidError
@@ -250,12 +250,13 @@ def choice_setup(modes: dict, shapes: LayerShapes, b: int, ch: Choice, banks: in
                        banks)
 
 
-def buffered_cycles(setup: LayerSetup, TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes,
+def buffered_cycles(setup: LayerSetup, TR: np.ndarray, TP: np.ndarray, fill: FillShape,
                     depth: np.ndarray) -> np.ndarray:
     """Cycles of a buffered choice at TR, inf where a block may not fit a half of `depth` words
-    (`buffer_fit.block_words`: never below what the RTL's blocks need)."""
+    (`buffer_fit.block_words`: never below what the RTL's blocks need; `fill`: the layers' fills on
+    these designs, `LayerShapes.fills`)."""
     rb = row_blocks(setup, TR)
-    fits = block_words(shapes.fills(TP, TC), setup, rb, TP) <= depth
+    fits = block_words(fill, setup, rb, TP) <= depth
     return np.where(fits, layer_parts(setup, TR).cycles(setup), np.inf)
 
 
@@ -318,7 +319,7 @@ def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerS
     where its blocks may not fit halves of `depth` words)."""
     if ch.buffered:
         setup = choice_setup(buffered_modes(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
-        return _applies(buffered_cycles(setup, TR, TP, TC, shapes, np.asarray(depth)), shapes, b, ch)
+        return _applies(buffered_cycles(setup, TR, TP, shapes.fills(TP, TC), np.asarray(depth)), shapes, b, ch)
     setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
     return _applies(layer_parts(setup, TR).cycles(setup), shapes, b, ch)
 
@@ -406,7 +407,7 @@ class Scorer:
                     def reprice(f: FillShape, ch: Choice = ch, BR: np.ndarray | None = BR) -> LayerSetup:
                         return choice_setup(buffered_modes(tp, tc, self.shapes, (ch.k_code,), self.bus, opts.timing,
                                                            f), self.shapes, b, ch, self.banks, BR)
-                    cyc = (buffered_cycles(setup, col[1], tp, tc, self.shapes, depth),
+                    cyc = (buffered_cycles(setup, col[1], tp, fill, depth),
                            buffered_low(setup, *col, tp, self.shapes, fill, most, reprice))
                 else:
                     cyc = layer_cycles_bound(setup, *col)
@@ -904,8 +905,8 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
-    words = buffer_words if buffer_words is not None else \
-        -(-need // int(windows(np.array(TP)))) * int(windows(np.array(TP))) if need else 0
+    window = int(windows(np.array(TP)))
+    words = buffer_words if buffer_words is not None else -(-need // window) * window
     resources = design_resources(TR, TP, TC, board, options.bmax, len(layers), options.given_stackable(), banks=banks,
                                  ports=ports, input_buffer=words)
     return DSEResult(board=board, options=options, clock_mhz=clock, workload=workload, TR=TR, TP=TP, TC=TC,
@@ -913,8 +914,7 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
                      peak_gops=2.0 * TP * TC * clock * 1e6 / 1e9, score=score, n_designs=n_designs,
                      seconds=time.perf_counter() - t0,
                      timing_proxy=design_timing(TR, TP, TC, options.bmax, banks=banks,
-                                                buffer_per_bank=input_buffer_bram36(TP, words) / int(buffer_banks_of(
-                                                    np.array(TP))) if words else 0),
+                                                buffer_per_bank=input_buffer_per_bank(TP, words)),
                      NB=banks, ports=ports, input_buffer=words)
 
 

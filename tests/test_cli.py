@@ -7,7 +7,6 @@ from pathlib import Path
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from fluidnpu.bundle import load_bundle
@@ -43,12 +42,11 @@ def test_dse_json_and_bundle(resnet_bundle):
 def test_dse_reports_the_timing_proxy(resnet_bundle):
     from fluidnpu.dse.timing_model import design_timing
 
-    from fluidnpu.dse.resource_model import buffer_banks_of, input_buffer_bram36
+    from fluidnpu.dse.resource_model import input_buffer_per_bank
 
     path, summary = resnet_bundle
     d = summary["design"]
-    per_bank = (input_buffer_bram36(d["TP"], d["input_buffer"]) / int(buffer_banks_of(np.array(d["TP"])))
-                if d["input_buffer"] else 0)
+    per_bank = input_buffer_per_bank(d["TP"], d["input_buffer"])
     expect = design_timing(d["TR"], d["TP"], d["TC"], 8, banks=d["NB"], buffer_per_bank=per_bank).to_dict()
     assert summary["timing_proxy"] == expect
     assert load_bundle(path).data["timing_proxy"] == expect
