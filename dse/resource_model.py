@@ -426,15 +426,39 @@ def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Boar
                      ports: int | None = None, buffer: bool = False) -> np.ndarray:
     """Boolean mask: the design fits the board under its ceilings (Board.limit) in every resource
     (`ports` AXI masters; None: the board's); `buffer`: with room for a block input buffer of at least
-    a BRAM36 a bank (`buffer_room`)."""
-    _, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
-    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks,
+    a BRAM36 a bank (`buffer_room` >= 1)."""
+    return (logic_fits(TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
+            & memory_fits(TR, TP, TC, board, bmax, banks=banks, reserve=buffer_reserve(TP, buffer)))
+
+
+def logic_fits(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool, *,
+               banks: int | None = None, ports: int | None = None, buffer: bool = False) -> np.ndarray:
+    """The part of `feasible_designs` that does not depend on TR: DSPs, LUTs and FFs (with `buffer`, also
+    those of a block input buffer of 4 BRAM36 a bank, the least `buffer_room` prices)."""
+    axi_ports = ports or board.npu_axi_ports
+    lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=axi_ports, banks=banks,
                         port_bits=board.hp_width_bits)
-    ok = (mem_ok & (np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
+    ok = ((np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
           & (ff <= board.limit("ff")))
     if buffer:
-        ok = ok & (buffer_room(TR, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports) >= 1)
+        lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=axi_ports, banks=banks,
+                            port_bits=board.hp_width_bits, buffer=True)
+        lut4, bff = input_buffer_logic(np.asarray(TP), 4)
+        ok = ok & (lut + lut4 <= board.limit("lut")) & (ff + bff <= board.limit("ff"))
     return ok
+
+
+def buffer_reserve(TP: np.ndarray, buffer: bool) -> np.ndarray | int:
+    """BRAM36 a design must leave beside its engine's memories: a BRAM36 a bank of the block input
+    buffer where one is built, else none."""
+    return buffer_banks_of(np.asarray(TP)) if buffer else 0
+
+
+def memory_fits(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
+                banks: int | None = None, reserve: np.ndarray | int = 0) -> np.ndarray:
+    """The engine's memories fit the board (`memory_use`) with `reserve` BRAM36 left under the ceiling."""
+    bram, _, ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
+    return ok & (bram <= board.limit("bram36") - np.asarray(reserve))
 
 
 def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = None) -> list[str]:
@@ -471,7 +495,15 @@ def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,
            tr_cap: int, *, banks: int | None = None, ports: int | None = None, buffer: bool = False) -> np.ndarray:
-    """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does.
+    """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does."""
+    fits = logic_fits(TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
+    return np.where(fits, memory_tr_max(TP, TC, board, bmax, tr_cap, banks=banks, reserve=buffer_reserve(TP, buffer)), 0)
+
+
+def memory_tr_max(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, tr_cap: int, *,
+                  banks: int | None = None, reserve: np.ndarray | int = 0) -> np.ndarray:
+    """Largest TR <= tr_cap whose memories fit (`memory_fits`), per (TP, TC); 0 where none does. It
+    depends on neither the PE kind nor the AXI ports, so the DSE's spaces share it (`design_spaces`).
 
     Memory use is monotone in TR, so a vectorised binary search is exact.
     """
@@ -483,6 +515,6 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
         if not active.any():
             return lo
         mid = (lo + hi) // 2
-        ok = feasible_designs(mid, TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
+        ok = memory_fits(mid, TP, TC, board, bmax, banks=banks, reserve=reserve)
         lo = np.where(active & ok, mid, lo)
         hi = np.where(active & ~ok, mid, hi)

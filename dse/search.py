@@ -30,8 +30,9 @@ from fluidnpu.dse.buffer_fit import block_words
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
                                      layer_cycles_bound, layer_cycles_low, layer_edge, layer_inside, layer_parts, layer_setup,
                                      mode_costs, row_blocks, windows)
-from fluidnpu.dse.resource_model import (Resources, buffer_room, buffers_bram36, design_resources, feasible_designs,
-                                         input_buffer_per_bank, input_buffer_words, max_tr, over_limits)
+from fluidnpu.dse.resource_model import (Resources, buffer_reserve, buffer_room, buffers_bram36, design_resources,
+                                         feasible_designs, input_buffer_per_bank, input_buffer_words, logic_fits,
+                                         memory_tr_max, over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
 from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.errors import FluidError
@@ -44,7 +45,9 @@ BATCHING_MODES: dict[str, str] = {
     "fc": "batching on FC layers only; other layers run one sample at a time",
 }
 MAX_BMAX = 64
-SEED_PAIRS = 64    # largest arrays scored first, whose best score prunes the pairs whose peak is below it
+SEED_PAIRS = 32    # largest arrays scored first, whose best score prunes the pairs whose peak is below it
+SEED_TR_SHARE = 3  # a buffer space's seeds take a third of their largest TR: two thirds of the BRAM left to
+                   # the buffer, where the buffered layers fit (at the largest TR they do not)
 BOUND_SLACK = 1e-9   # relative rounding a bound may fall below a score it bounds (`reach`)
 ROUND_RANGES = 64   # ranges a round of branch and bound prices at least, when ranges are cut (`split_ranges`)
 PARALLEL_DESIGNS = 10_000_000   # searches this large run their spaces in forked workers
@@ -251,13 +254,12 @@ def choice_setup(modes: dict, shapes: LayerShapes, b: int, ch: Choice, banks: in
 
 
 def buffered_cycles(setup: LayerSetup, TR: np.ndarray, TP: np.ndarray, fill: FillShape,
-                    depth: np.ndarray) -> np.ndarray:
-    """Cycles of a buffered choice at TR, inf where a block may not fit a half of `depth` words
-    (`buffer_fit.block_words`: never below what the RTL's blocks need; `fill`: the layers' fills on
-    these designs, `LayerShapes.fills`)."""
-    rb = row_blocks(setup, TR)
-    fits = block_words(fill, setup, rb, TP) <= depth
-    return np.where(fits, layer_parts(setup, TR).cycles(setup), np.inf)
+                    depth: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(cycles of a buffered choice at TR, inf where a block may not fit a half of `depth` words; the
+    words a half its blocks need, `buffer_fit.block_words`: never below what the RTL's blocks need).
+    `fill`: the layers' fills on these designs, `LayerShapes.fills`."""
+    need = block_words(fill, setup, row_blocks(setup, TR), TP)
+    return np.where(need <= np.asarray(depth), layer_parts(setup, TR).cycles(setup), np.inf), need
 
 
 def split_stacks(cands: list[Choice]) -> list[tuple[Choice, np.ndarray | None]]:
@@ -313,25 +315,29 @@ def buffered_low(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarr
     return np.where(fit >= lo, low, np.inf)
 
 
-def choice_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, ch: Choice,
-                  bus: Bus, timing: EngineTiming, banks: int, depth: ArrayLike = 0) -> np.ndarray:
-    """Cycles of every (design, layer) under one choice; inf where it does not apply (a buffered one
-    where its blocks may not fit halves of `depth` words)."""
-    if ch.buffered:
-        setup = choice_setup(buffered_modes(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
-        return _applies(buffered_cycles(setup, TR, TP, shapes.fills(TP, TC), np.asarray(depth)), shapes, b, ch)
-    setup = choice_setup(modes_of(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
-    return _applies(layer_parts(setup, TR).cycles(setup), shapes, b, ch)
-
-
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
-                bus: Bus, timing: EngineTiming, banks: int, depth: ArrayLike = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(min cycles, index of the winning choice) over the candidates, per (design, layer); `depth`: words
-    a half of the design's block input buffer (for buffered candidates)."""
+                bus: Bus, timing: EngineTiming, banks: int, depth: ArrayLike = 0,
+                words: dict[Choice, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(min cycles, index of the winning choice) over the candidates, per (design, layer); a choice is inf
+    where it does not apply (a buffered one where its blocks may not fit halves of `depth` words, the
+    words a half of the design's block input buffer). `words`: filled with each buffered candidate's
+    `block_words` per (design, layer)."""
+    ks = sorted({ch.k_code for ch in cands})
+    modes: dict = modes_of(TP, TC, shapes, ks, bus, timing)
+    if any(ch.buffered for ch in cands):
+        modes |= buffered_modes(TP, TC, shapes, ks, bus, timing)
+        fill = shapes.fills(TP, TC)
     best = None
     arg = None
     for i, ch in enumerate(cands):
-        cyc = choice_cycles(TR, TP, TC, shapes, b, ch, bus, timing, banks, depth)
+        setup = choice_setup(modes, shapes, b, ch, banks)
+        if ch.buffered:
+            cyc, need = buffered_cycles(setup, TR, TP, fill, depth)
+            if words is not None:
+                words[ch] = need
+        else:
+            cyc = layer_parts(setup, TR).cycles(setup)
+        cyc = _applies(cyc, shapes, b, ch)
         if best is None:
             best, arg = cyc, np.zeros(cyc.shape, dtype=np.int64)
         else:
@@ -372,9 +378,8 @@ class Scorer:
         all) are so dropped for a fraction of their price.
 
         With a block input buffer (`room`), each layer may also run buffered where its blocks fit the
-        buffer the design at hi has room for; over the range, a buffered choice is bounded by the same
-        choice with its fills reading nothing (`buffered_modes(free=True)`: fills only add cycles) and
-        no fit required.
+        buffer the design at hi has room for; over the range, a buffered choice is bounded by
+        `buffered_low`. Where every range is one TR, the bound is the score itself (priced once).
         """
         opts = self.options
         weights = opts.batch_weights()
@@ -384,6 +389,7 @@ class Scorer:
         threshold = reach(threshold)
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
+        exact = bool((lo == hi).all())   # every range one TR (the seeds, a search's last round): its bound is its score
         if np.isfinite(threshold):
             bound += float(weights.sum()) * peak
             live = live[bound >= threshold]
@@ -403,11 +409,14 @@ class Scorer:
             best_hi = best_lo = None
             for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable(), buffer)):
                 setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR)
-                if ch.buffered:
+                if exact:
+                    cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0] if ch.buffered
+                           else layer_parts(setup, col[1]).cycles(setup),) * 2
+                elif ch.buffered:
                     def reprice(f: FillShape, ch: Choice = ch, BR: np.ndarray | None = BR) -> LayerSetup:
                         return choice_setup(buffered_modes(tp, tc, self.shapes, (ch.k_code,), self.bus, opts.timing,
                                                            f), self.shapes, b, ch, self.banks, BR)
-                    cyc = (buffered_cycles(setup, col[1], tp, fill, depth),
+                    cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0],
                            buffered_low(setup, *col, tp, self.shapes, fill, most, reprice))
                 else:
                     cyc = layer_cycles_bound(setup, *col)
@@ -641,13 +650,18 @@ def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list
     layers = workload.layers()
     TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
+    memory_tr: dict[tuple[int, bool], np.ndarray] = {}   # the TR the memories allow: per bank count and buffer
     spaces = []
     for p in sorted(options.port_options(board), reverse=True):
         for nb in options.bank_options():
             for st in sorted(options.stackable_options(), reverse=True):
                 for buf in sorted(options.buffer_options(), reverse=True):
-                    tr_max = max_tr(TP_all, TC_all, board, options.bmax, len(layers), st, tr_cap, banks=nb, ports=p,
-                                    buffer=buf)
+                    if (nb, buf) not in memory_tr:
+                        memory_tr[nb, buf] = memory_tr_max(TP_all, TC_all, board, options.bmax, tr_cap, banks=nb,
+                                                           reserve=buffer_reserve(TP_all, buf))
+                    fits = logic_fits(TP_all, TC_all, board, options.bmax, len(layers), st, banks=nb, ports=p,
+                                      buffer=buf)
+                    tr_max = np.where(fits, memory_tr[nb, buf], 0)
                     keep = tr_max >= 1
                     spaces.append(Space(p, nb, st, TP_all[keep], TC_all[keep], tr_max[keep], buf))
     return spaces
@@ -682,11 +696,13 @@ def space_scorer(sp: Space, shapes: LayerShapes, counts: np.ndarray, options: DS
 
 
 def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
-    """(best score, designs scored) of the SEED_PAIRS largest arrays of the first space at their
-    largest TR: a score some design reaches, which every space is then searched against."""
+    """(best score, designs scored) of the SEED_PAIRS largest arrays of the first space, each at its
+    largest TR or, in a space with the block input buffer, a SEED_TR_SHARE of it: a score some design
+    reaches, which every space is then searched against."""
     peak = scorer.peak_bound(sp.TP, sp.TC)
     seed = np.argsort(-peak, kind="stable")[:SEED_PAIRS]
-    score = scorer.score_bound(sp.tr_max[seed], sp.tr_max[seed], sp.TP[seed], sp.TC[seed])[0]
+    tr = np.maximum(sp.tr_max[seed] // (SEED_TR_SHARE if sp.buffer else 1), 1)
+    score = scorer.score_bound(tr, tr, sp.TP[seed], sp.TC[seed])[0]
     return float(score.max()), int(seed.size)
 
 
@@ -890,7 +906,8 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
     need = 0
     for b in range(1, options.bmax + 1):
         cands = choices(options.batching, b, options.given_stackable(), buffer)
-        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks, room)
+        block_need: dict[Choice, np.ndarray] = {}
+        best, arg = best_cycles(*d, shapes, b, cands, bpc, options.timing, banks, room, block_need)
         for li in range(len(layers)):
             if not np.isfinite(best[0, li]):
                 raise FluidError(f"layer {layers[li].name!r} cannot run on <{TR}, {TP}, {TC}>")
@@ -901,7 +918,7 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
             plan.serial[li][b - 1] = ch.serial
             plan.buffered[li][b - 1] = ch.buffered
             if ch.buffered:
-                need = max(need, choice_block_words(shapes, li, b, ch, d, bpc, options.timing, banks))
+                need = max(need, int(block_need[ch][0, li]))
     total = [int(sum(plan.cycles[li][b] for li in range(len(layers)))) for b in range(options.bmax)]
     macs = workload.total_macs
     gops = [2.0 * (b + 1) * macs * clock * 1e6 / total[b] / 1e9 for b in range(options.bmax)]
@@ -917,10 +934,3 @@ def _finish(workload: Workload, board: Board, options: DSEOptions, clock: float,
                                                 buffer_per_bank=input_buffer_per_bank(TP, words)),
                      NB=banks, ports=ports, input_buffer=words)
 
-
-def choice_block_words(shapes: LayerShapes, li: int, b: int, ch: Choice, d: tuple[np.ndarray, ...], bus: Bus,
-                       timing: EngineTiming, banks: int) -> int:
-    """Words a half must hold for layer `li` run buffered under `ch` at b on design d (`block_words`)."""
-    TR, TP, TC = d
-    setup = choice_setup(buffered_modes(TP, TC, shapes, (ch.k_code,), bus, timing), shapes, b, ch, banks)
-    return int(block_words(shapes.fills(TP, TC), setup, row_blocks(setup, TR), TP)[0, li])

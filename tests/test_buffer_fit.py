@@ -68,7 +68,7 @@ def test_buffered_bound_is_below_the_cycles_on_the_whole_range(case, lo, width, 
         return choice_setup(modes, shapes, b, Choice(BR, k, buffered=True), NB)
 
     low = buffered_low(setup, np.array([[lo]]), np.array([[hi]]), tp, shapes, shapes.fills(tp, tc), most, reprice)
-    every = np.array([buffered_cycles(setup, np.array([[TR]]), tp, shapes.fills(tp, tc), most)[0, 0]
+    every = np.array([buffered_cycles(setup, np.array([[TR]]), tp, shapes.fills(tp, tc), most)[0][0, 0]
                       for TR in range(lo, hi + 1)])
     assert (low[0, 0] <= every * (1 + 1e-9)).all(), (low, every.min())
     if np.isinf(low[0, 0]):

@@ -55,6 +55,36 @@ def test_max_tr_is_largest_fitting(make_board):
         assert ok_at and not ok_next
 
 
+
+@pytest.mark.parametrize("board_name", ["zc706", "zcu104"])
+def test_max_tr_is_the_memories_tr_where_the_logic_fits(board_name):
+    """`max_tr` (the memories' largest TR, shared by the DSE's spaces, where the TR-free logic fits) is
+    the largest TR `feasible_designs` accepts, with and without the block input buffer, at every port
+    count and PE kind; with the buffer, `feasible_designs` is exactly `buffer_room` >= 1."""
+    from fluidnpu.dse.resource_model import buffer_room, feasible_designs
+    from fluidnpu.dse.search import enumerate_tp_tc
+
+    board = load_board(board_name)
+    rng = np.random.default_rng(7)
+    TP, TC = enumerate_tp_tc(board.limit("dsp"))
+    pick = rng.choice(TP.size, 300, replace=False)
+    TP, TC = TP[pick], TC[pick]
+    cap = 20_000
+    for ports, stackable, buffer in [(1, False, False), (4, True, False), (2, True, True), (4, False, True)]:
+        kw = dict(banks=4, ports=ports)
+        tr = max_tr(TP, TC, board, 8, 70, stackable, cap, buffer=buffer, **kw)
+        assert (tr > 0).any()
+        ok_at = feasible_designs(np.maximum(tr, 1), TP, TC, board, 8, 70, stackable, buffer=buffer, **kw)
+        ok_next = feasible_designs(tr + 1, TP, TC, board, 8, 70, stackable, buffer=buffer, **kw)
+        assert (ok_at == (tr > 0)).all() and not (ok_next & (tr < cap)).any()
+        TR = rng.integers(1, 5_000, TP.size)
+        if buffer:
+            room = buffer_room(TR, TP, TC, board, 8, 70, stackable, **kw)
+            plain = feasible_designs(TR, TP, TC, board, 8, 70, stackable, **kw)
+            with_buffer = feasible_designs(TR, TP, TC, board, 8, 70, stackable, buffer=True, **kw)
+            assert (with_buffer == (plain & (room >= 1))).all() and with_buffer.any() and (plain & ~with_buffer).any()
+
+
 def test_uram_takes_big_buffers_on_ultrascale():
     zcu104 = load_board("zcu104")
     bram, uram, ok = memory_use(np.array(4096), np.array(27), np.array(64), zcu104, 8)
