@@ -69,6 +69,7 @@ class DSEOptions:
     banks: int | None = None     # input banks NB; None: search every count the batching can use
     ports: int | None = None     # AXI masters P; None: search 1 .. the board's HP ports
     buffer: bool | None = None   # a block input buffer built; None: search both (a generator parameter)
+    min_dsp: float = 0.0         # the least share of the board's DSPs a searched design uses (a floor beside the ceilings)
 
     def batch_weights(self) -> np.ndarray:
         if self.fixed_batch is not None:
@@ -124,6 +125,10 @@ class DSEOptions:
         """P of a design given without a search: the option, else every HP port of the board."""
         return self.ports if self.ports is not None else board.npu_axi_ports
 
+    def least_dsps(self, board: Board) -> int:
+        """TP*TC a searched design uses at least: `min_dsp` of the board's DSPs, rounded up."""
+        return int(np.ceil(self.min_dsp * board.dsp - 1e-9))
+
     def validate(self, board: Board) -> None:
         if not 1 <= self.bmax <= MAX_BMAX:
             raise FluidError(f"Bmax must be in [1, {MAX_BMAX}], got {self.bmax}")
@@ -141,6 +146,11 @@ class DSEOptions:
         if self.ports is not None:
             board.check_ports(self.ports)
         board.check_clock(self.clock_mhz or board.clock_mhz)
+        if not 0.0 <= self.min_dsp <= 1.0:
+            raise FluidError(f"the DSP floor must be a share in [0, 1] (e.g. 0.98 or 98%), got {self.min_dsp:g}")
+        if self.least_dsps(board) > board.limit("dsp"):
+            raise FluidError(f"a DSP floor of {self.least_dsps(board):,} ({self.min_dsp:.0%} of {board.dsp:,}) is "
+                             f"above the DSP ceiling ({board.limit('dsp'):,})")
 
 
 @dataclass(frozen=True)
@@ -642,13 +652,16 @@ class Space:
 
 
 def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list[Space]:
-    """Every (P, NB, stackable, buffer) the options allow with the <TP, TC> that fit it, in the order
+    """Every (P, NB, stackable, buffer) the options allow with the <TP, TC> that fit it (and use the
+    options' `min_dsp` of the DSPs at least), in the order
     `explore` searches them: most ports first (the board's full bandwidth usually scores best, so
     its score prunes the others on their bounds), then fewest banks, Stackable PEs first (they win
     on most boards, so the plain spaces are searched against their score), a buffer first (it wins
     where it fits: each layer may still run from DDR)."""
     layers = workload.layers()
     TP_all, TC_all = enumerate_tp_tc(board.limit("dsp"))
+    enough = TP_all * TC_all >= options.least_dsps(board)
+    TP_all, TC_all = TP_all[enough], TC_all[enough]
     tr_cap = max(2, options.bmax * max(x.R for x in layers))
     memory_tr: dict[tuple[int, bool], np.ndarray] = {}   # the TR the memories allow: per bank count and buffer
     spaces = []
@@ -807,7 +820,8 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
     n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
     if n_total == 0:
-        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax} under its resource ceilings")
+        floor = f" with at least {options.least_dsps(board):,} DSPs" if options.min_dsp else ""
+        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}{floor} under its resource ceilings")
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
     args = (shapes, counts, options, board, clock, float(workload.total_macs), len(workload.layers()))

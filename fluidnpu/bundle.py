@@ -265,7 +265,7 @@ def bundle_from_result(result: Any) -> Bundle:
         "dse": {
             "batching": opts.batching, "stackable": opts.stackable,
             "weights": [float(w) for w in opts.batch_weights()], "fixed_batch": opts.fixed_batch,
-            "designs_evaluated": result.n_designs, "designs_scored": result.n_scored,
+            "min_dsp": opts.min_dsp, "designs_evaluated": result.n_designs, "designs_scored": result.n_scored,
             "score_gops": result.score, "seconds": result.seconds,
             "timing": asdict(opts.timing), "runners_up": result.runners_up,
         },
@@ -306,7 +306,7 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
                    "input_buffer": bundle.input_buffer},
         "searched": d["dse"].get("score_gops") is not None,
         "designs_evaluated": d["dse"].get("designs_evaluated"), "designs_scored": d["dse"].get("designs_scored"),
-        "dse_seconds": d["dse"].get("seconds"),
+        "dse_seconds": d["dse"].get("seconds"), "min_dsp": d["dse"].get("min_dsp", 0.0),
         "resources": d["resources"], "utilisation": d.get("utilisation", {}),
         "gops": d["performance"]["gops"], "peak_gops": d["performance"]["peak_gops"],
         "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],

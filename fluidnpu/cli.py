@@ -13,7 +13,8 @@ import click
 from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
 from rich.table import Table
 
-from fluidnpu.design import evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design
+from fluidnpu.design import (evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design,
+                             parse_share)
 from fluidnpu.errors import FluidError
 from fluidnpu.output import FloatRange, check_writable, emit_json, err, os_error_message, out
 
@@ -54,6 +55,9 @@ def cli() -> None:
 @click.option("--ceiling", "ceilings", multiple=True, metavar="RES=SHARE",
               help="largest share of a resource (dsp, bram36, uram, lut, ff) a design may use, e.g. lut=0.9 or "
                    "lut=90%; repeatable (default: the board file's, else LUT/FF 80 %, the rest 100 %)")
+@click.option("--min-dsp", default=None, metavar="SHARE",
+              help="search only designs using at least this share of the board's DSPs, e.g. 0.98 or 98% "
+                   "(default: any; the pick maximises Eq. 2's GOp/s)")
 @click.option("--design", "given", default=None, metavar="TR,TP,TC",
               help="evaluate exactly this design (no search): its resources, FBCB and tables, or why it does not fit")
 @click.option("--banks", type=click.Choice(["2", "4", "8", "16", "32", "64"]), default=None,
@@ -70,7 +74,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], given: str | None, banks: str | None, ports: int | None, buffer: bool | None,
+        ceilings: tuple[str, ...], min_dsp: str | None, given: str | None, banks: str | None, ports: int | None, buffer: bool | None,
         output: str | None, plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
@@ -86,7 +90,8 @@ def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None
     brd = load_board(board).with_ceilings(**parse_ceilings(ceilings))
     opts = DSEOptions(bmax=bmax, batching=batching, stackable=stackable,
                       weights=_csv_floats(weights, "--weights"), fixed_batch=fixed_batch, clock_mhz=clock,
-                      banks=int(banks) if banks else None, ports=ports, buffer=buffer)
+                      banks=int(banks) if banks else None, ports=ports, buffer=buffer,
+                      min_dsp=parse_share(min_dsp, "--min-dsp") if min_dsp else 0.0)
     if design:
         result = evaluate_given(wl, brd, opts, design)
     else:

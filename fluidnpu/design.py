@@ -41,18 +41,25 @@ def explore_with_progress(wl: Any, brd: Any, opts: Any, quiet: bool = False) -> 
         return explore(wl, brd, opts, progress=progress)
 
 
+def parse_share(text: str, what: str) -> float:
+    """'0.9' or '90%' as a share (0.9); a clear one-line error naming the option `what` otherwise."""
+    try:
+        share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        share = float("nan")
+    if share != share:
+        raise FluidError(f"{what}: expected a share, e.g. 0.9 or 90%, got {text!r}")
+    return share
+
+
 def parse_ceilings(items: tuple[str, ...]) -> dict[str, float]:
     """`--ceiling lut=0.9 --ceiling ff=85%` -> {"lut": 0.9, "ff": 0.85} (validated by the Board)."""
     out: dict[str, float] = {}
     for item in items:
         name, sep, value = item.partition("=")
-        try:
-            share = float(value[:-1]) / 100 if value.endswith("%") else float(value)
-        except ValueError:
-            share = float("nan")
-        if not sep or share != share:
+        if not sep:
             raise FluidError(f"--ceiling {item!r}: expected RESOURCE=SHARE, e.g. lut=0.9 or lut=90%")
-        out[name.strip().lower()] = share
+        out[name.strip().lower()] = parse_share(value, f"--ceiling {item!r}")
     return out
 
 

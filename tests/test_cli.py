@@ -159,6 +159,13 @@ def test_dse_on_an_onnx_model_with_an_exit(tmp_path):
     assert len(bundle.workload.backbone) == 5
 
 
+@pytest.mark.parametrize("arg", ["1.5", "abc", "-1%"])
+def test_dse_bad_dsp_floor_is_one_line(arg):
+    proc = run("dse", "-m", "resnet50", "-b", "zc706", "--min-dsp", arg)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and ("DSP floor" in proc.stderr or "--min-dsp" in proc.stderr)
+
+
 @pytest.mark.parametrize("arg", ["lut=1.5", "lut", "lut=abc", "luts=0.5", "lut=0%"])
 def test_dse_bad_ceiling_is_one_line(arg):
     proc = run("dse", "-m", "resnet50", "-b", "zc706", "--ceiling", arg)

@@ -208,6 +208,32 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
                         DSEOptions(bmax=3, ports=free.ports, stackable=free.options.stackable))
 
 
+def test_a_dsp_floor_picks_the_best_design_using_enough_dsps(make_board, tiny_workload):
+    """`min_dsp` (`fluidnpu dse --min-dsp`): a floor the free pick meets changes nothing; one it does
+    not meet gives the best design using that many DSPs, scored below the free pick; a floor no
+    design meets, or above the DSP ceiling, is a one-line error."""
+    board = make_board(dsp=14, bram36=12)
+    free = explore(tiny_workload, board, DSEOptions(bmax=3))
+    assert free.TP * free.TC < board.dsp
+    same = explore(tiny_workload, board, DSEOptions(bmax=3, min_dsp=free.TP * free.TC / board.dsp))
+    assert (same.TR, same.TP, same.TC, same.score) == (free.TR, free.TP, free.TC, free.score)
+    full = explore(tiny_workload, board, DSEOptions(bmax=3, min_dsp=1.0))
+    assert full.TP * full.TC == board.dsp and full.score < free.score
+    assert full.n_designs < free.n_designs
+    assert math.isclose(full.score, sum(full.gops), rel_tol=1e-12)
+    for TP in (1, 2, 7, 14):
+        for TR in (1, 8, 25, 50, 75):
+            try:
+                other = evaluate_design(tiny_workload, board, TR, TP, board.dsp // TP, DSEOptions(bmax=3))
+            except FluidError:
+                continue
+            assert sum(other.gops) <= full.score * (1 + 1e-12), (TR, TP)
+    with pytest.raises(FluidError, match="no NPU design fits tiny with Bmax=3 with at least 14 DSPs"):
+        explore(tiny_workload, board.with_ceilings(lut=0.01), DSEOptions(bmax=3, min_dsp=1.0))
+    with pytest.raises(FluidError, match="above the DSP ceiling"):
+        explore(tiny_workload, board.with_ceilings(dsp=0.5), DSEOptions(bmax=3, min_dsp=0.6))
+
+
 @pytest.mark.parametrize("opts", [DSEOptions(bmax=4, buffer=False),
                                   DSEOptions(bmax=4, weights=(1.0, 0.0, 2.0, 0.5), buffer=False),
                                   DSEOptions(bmax=3, batching="fc", buffer=False)])
