@@ -14,13 +14,14 @@ All functions broadcast over numpy arrays so the DSE can size every design at on
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+import functools
 from itertools import product
 from typing import Any
 
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
-from fluidnpu.dse.perf_model import windows
+from fluidnpu.dse.perf_model import ArrayLike, windows
 from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, buffer_window, chain_count,
                                 fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words)
 
@@ -141,13 +142,54 @@ def bram36_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
     return np.where(depth > 0, best, 0.0)
 
 
+# Yosys maps a memory deeper than one BRAM36 to the shape of least cost, a BRAM36 counting as 7.5 levels of
+# the read multiplexer its depth cascade needs (any weight in (7, 8) fits all 17 one-bank syntheses of
+# docs/figures/resources/buffer_bank_depths.json; the fewest BRAM36 alone misses 4 of them, the pick's included)
+BUFFER_MUX_LEVELS_PER_BRAM36 = 7.5
+BUFFER_BANK_BITS = 16 * BUFFER_LANES
+
+
+def buffer_bank_bram36(rows: ArrayLike) -> np.ndarray:
+    """BRAM36 of one block-input-buffer bank of `rows` rows (both halves) of BUFFER_BANK_BITS bits, as Yosys
+    `synth_xilinx` maps it: of the RAMB36 shapes (512 x 72 ... 32K x 1, side by side for the width,
+    cascaded for the depth) the one of least count + (cascade depth - 1) / BUFFER_MUX_LEVELS_PER_BRAM36.
+    So a deep bank may take a BRAM36 more than the fewest that hold it (18,822 rows: 38 in 1K x 36 pairs
+    where 37 of 512 x 72 would do, with a 37:1 read multiplexer)."""
+    rows = np.asarray(rows)
+    best_cost = np.full(rows.shape, np.inf)
+    best = np.zeros(rows.shape)
+    for depth, width, unit in BRAM_SHAPES:
+        if unit != 1.0:
+            continue
+        deep = -(-rows // depth)
+        count = deep * -(-BUFFER_BANK_BITS // width)
+        cost = count + (deep - 1) / BUFFER_MUX_LEVELS_PER_BRAM36
+        better = cost < best_cost
+        best_cost, best = np.where(better, cost, best_cost), np.where(better, count, best)
+    return np.where(rows > 0, best, 0.0)
+
+
+@functools.lru_cache(maxsize=1)
+def _bank_rows_table(most: int = 4096) -> np.ndarray:
+    """[n]: the most rows a buffer bank of at most n BRAM36 holds (`buffer_bank_bram36` grows with the
+    rows, so a binary search per n is exact), for n up to `most`."""
+    n = np.arange(most + 1)
+    lo, hi = np.zeros(n.shape, dtype=np.int64), 512 * n + 1      # lo fits, hi does not
+    while (hi - lo > 1).any():
+        mid = (lo + hi) // 2
+        ok = buffer_bank_bram36(mid) <= n
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
+
+
 def input_buffer_bram36(TP: int, words: float) -> float:
     """BRAM36 of a block input buffer (hw/input_buffer.py) whose halves hold `words` words each, as the
-    RTL builds it: `buffer_banks(TP)` banks of BUFFER_LANES 16-bit words a row, each bank both halves
-    deep, its rows whole windows of banks x lanes words. Yosys maps the ResNet-50/ZC706 pick's
-    (TP 14, halves of 146,944 words) to 144 (docs/figures/resources/input_buffer.json)."""
+    RTL builds it and Yosys maps it: `buffer_banks(TP)` banks of BUFFER_LANES 16-bit words a row, each
+    bank both halves deep (`buffer_bank_bram36`), its rows whole windows of banks x lanes words. Yosys
+    maps the ResNet-50/ZC706 pick's buffer (TP 14, halves of 301,152 words) to 304
+    (docs/figures/resources/input_buffer_points.json)."""
     rows = -(-int(np.ceil(words)) // buffer_window(TP))
-    return buffer_banks(TP) * float(bram36_for(np.asarray(2 * rows), 16 * BUFFER_LANES))
+    return buffer_banks(TP) * float(buffer_bank_bram36(np.asarray(2 * rows)))
 
 
 # The block input buffer beside the engine (hw/buffered_input.py), fitted on Yosys `synth_xilinx`
@@ -161,7 +203,6 @@ BUFFER_FF_PER_LANE = 32            # the 2 TP answer words, registered
 BUFFER_FF_BASE = 64
 BUFFER_WALKER = (610, 283)         # FillWalker (LUT, FF)
 BUFFER_JOIN = (2_099, 1_307)       # the join in the control unit (LUT, FF)
-BUFFER_ROWS_PER_BRAM36 = 256       # a bank's rows of both halves: 512 x 64 bits a BRAM36
 
 
 def buffer_banks_of(TP: np.ndarray) -> np.ndarray:
@@ -176,9 +217,10 @@ def input_buffer_per_bank(TP: int, words: int) -> float:
 
 
 def input_buffer_words(TP: np.ndarray, per_bank: np.ndarray) -> np.ndarray:
-    """Words a half of a block input buffer holds at `per_bank` BRAM36 a bank (the inverse of
-    `input_buffer_bram36`): each BRAM36 holds 256 rows of each half, a row a window."""
-    return BUFFER_ROWS_PER_BRAM36 * np.asarray(per_bank) * windows(TP)
+    """Words a half of the largest block input buffer of at most `per_bank` BRAM36 a bank (the inverse of
+    `input_buffer_bram36`): half a bank's rows (`_bank_rows_table`), a row a window."""
+    table = _bank_rows_table()
+    return table[np.minimum(np.asarray(per_bank, dtype=np.int64), table.size - 1)] // 2 * windows(TP)
 
 
 def input_buffer_logic(TP: np.ndarray, per_bank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
