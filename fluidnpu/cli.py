@@ -142,6 +142,8 @@ def print_summary(bundle) -> None:
     rt.add_row("of board", *(f"{100 * util.get(k, 0):.1f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     ceil = bundle.board.ceilings
     rt.add_row("ceiling", *(f"{100 * getattr(ceil, k):.0f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
+    if d["dse"].get("min_dsp"):
+        rt.add_row("floor (--min-dsp)", f"{100 * d['dse']['min_dsp']:.0f}%", "", "", "", "")
     out.print(rt)
     if res.get("placement"):
         out.print("buffers (built with ram_style): " + ", ".join(f"{name} in {kind.upper()}"

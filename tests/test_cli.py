@@ -159,6 +159,19 @@ def test_dse_on_an_onnx_model_with_an_exit(tmp_path):
     assert len(bundle.workload.backbone) == 5
 
 
+def test_dse_dsp_floor(tmp_path):
+    """`--min-dsp 98%`: ResNet-50 on ZCU104 then takes a design using at least 98 % of the DSPs (the free
+    pick uses 96.3 %), the bundle records the floor and the summary shows it."""
+    path = tmp_path / "floor.json"
+    proc = run("dse", "-m", "resnet50", "-b", "zcu104", "--min-dsp", "98%", "-o", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["resources"]["dsp"] >= 0.98 * 1728 and summary["min_dsp"] == 0.98
+    assert load_bundle(path).data["dse"]["min_dsp"] == 0.98
+    shown = run("show", str(path))
+    assert shown.returncode == 0 and "floor (--min-dsp)" in shown.stdout
+
+
 @pytest.mark.parametrize("arg", ["1.5", "abc", "-1%"])
 def test_dse_bad_dsp_floor_is_one_line(arg):
     proc = run("dse", "-m", "resnet50", "-b", "zc706", "--min-dsp", arg)
