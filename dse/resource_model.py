@@ -194,15 +194,17 @@ def input_buffer_bram36(TP: int, words: float) -> float:
 
 # The block input buffer beside the engine (hw/buffered_input.py), fitted on Yosys `synth_xilinx`
 # (docs/figures/resources/input_buffer_points.json): InputBuffer at TP 7 / 14 / 28 and 4,096 / 32,768 /
-# 146,944 words a half, its FillWalker, and the control unit <256, 14, 4> with and without the buffer,
-# whose difference less those two is the join (region table, pairing FIFO, run slices).
+# 146,944 words a half, its FillWalker, and the control units <256, 14, 4> and <256, 14, 64> with and
+# without the buffer, whose difference less those two is the join (region table, pairing FIFO, run
+# slices, the answers' skid buffer and the fill's NMAX-word hand-over: it grows with NMAX).
 BUFFER_LUT_BASE = 998.0            # the rotator's and shift's control, the fill port
 BUFFER_LUT_PER_BANK = 210.5        # a bank's write and read multiplexing, its rotator input
 BUFFER_LUT_PER_DEEP_BRAM36 = 30.6  # each BRAM36 of a bank past 4: Yosys cascades them in depth behind a read mux
 BUFFER_FF_PER_LANE = 32            # the 2 TP answer words, registered
 BUFFER_FF_BASE = 64
 BUFFER_WALKER = (610, 283)         # FillWalker (LUT, FF)
-BUFFER_JOIN = (2_099, 1_307)       # the join in the control unit (LUT, FF)
+BUFFER_JOIN = (1_113.1, 862.2)     # the join in the control unit (LUT, FF) ...
+BUFFER_JOIN_PER_WORD = (34.71, 15.67)   # ... and per NMAX word (`dma_words`)
 
 
 def buffer_banks_of(TP: np.ndarray) -> np.ndarray:
@@ -223,14 +225,21 @@ def input_buffer_words(TP: np.ndarray, per_bank: np.ndarray) -> np.ndarray:
     return table[np.minimum(np.asarray(per_bank, dtype=np.int64), table.size - 1)] // 2 * windows(TP)
 
 
-def input_buffer_logic(TP: np.ndarray, per_bank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(LUT, FF) of the block input buffer, its fill walker and its join to the control unit, at
-    `per_bank` BRAM36 a bank."""
+def buffer_join_logic(TP: np.ndarray, TC: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the block input buffer's join to the control unit of an engine <TP, TC>."""
+    words = dma_words(TP, TC)
+    return BUFFER_JOIN[0] + BUFFER_JOIN_PER_WORD[0] * words, BUFFER_JOIN[1] + BUFFER_JOIN_PER_WORD[1] * words
+
+
+def input_buffer_logic(TP: np.ndarray, TC: np.ndarray, per_bank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(LUT, FF) of the block input buffer, its fill walker and its join to the control unit of an engine
+    <TP, TC>, at `per_bank` BRAM36 a bank."""
     banks = buffer_banks_of(TP)
-    lut = (BUFFER_JOIN[0] + BUFFER_WALKER[0] + BUFFER_LUT_BASE + BUFFER_LUT_PER_BANK * banks
+    join_lut, join_ff = buffer_join_logic(TP, TC)
+    lut = (join_lut + BUFFER_WALKER[0] + BUFFER_LUT_BASE + BUFFER_LUT_PER_BANK * banks
            + BUFFER_LUT_PER_DEEP_BRAM36 * banks * np.maximum(np.asarray(per_bank) - 4, 0))
-    ff = BUFFER_JOIN[1] + BUFFER_WALKER[1] + BUFFER_FF_BASE + BUFFER_FF_PER_LANE * np.asarray(TP)
-    return np.ceil(lut), ff
+    ff = join_ff + BUFFER_WALKER[1] + BUFFER_FF_BASE + BUFFER_FF_PER_LANE * np.asarray(TP)
+    return np.ceil(lut), np.ceil(ff)
 
 
 def buffer_room(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int,
@@ -243,7 +252,7 @@ def buffer_room(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bm
                         port_bits=board.hp_width_bits, buffer=True)
     nb = buffer_banks_of(TP)
     by_bram = np.floor((board.limit("bram36") - np.where(mem_ok, bram, np.inf)) / nb)
-    lut4, bff = input_buffer_logic(TP, 4)
+    lut4, bff = input_buffer_logic(TP, TC, 4)
     lut_left = board.limit("lut") - lut - lut4
     by_lut = np.where(lut_left >= 0, 4 + np.floor(np.maximum(lut_left, 0) / (BUFFER_LUT_PER_DEEP_BRAM36 * nb)), 0)
     ok = (ff + bff <= board.limit("ff"))
@@ -457,7 +466,7 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
                         port_bits=board.hp_width_bits, buffer=buffer)
     if buffer:
         ram = input_buffer_bram36(TP, input_buffer)
-        bl, bf = input_buffer_logic(np.array(TP), input_buffer_per_bank(TP, input_buffer))
+        bl, bf = input_buffer_logic(np.array(TP), np.array(TC), input_buffer_per_bank(TP, input_buffer))
         bram, lut, ff = bram + ram, lut + bl, ff + bf
     return Resources(dsp=int(TP * TC), bram36=bram, uram=uram, lut=int(lut), ff=int(ff),
                      fbcb_ff=n_layers * bmax * fbcb_entry_bits(bmax, buffer), placement=placement)
@@ -485,7 +494,7 @@ def logic_fits(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers
     if buffer:
         lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=axi_ports, banks=banks,
                             port_bits=board.hp_width_bits, buffer=True)
-        lut4, bff = input_buffer_logic(np.asarray(TP), 4)
+        lut4, bff = input_buffer_logic(np.asarray(TP), np.asarray(TC), 4)
         ok = ok & (lut + lut4 <= board.limit("lut")) & (ff + bff <= board.limit("ff"))
     return ok
 
