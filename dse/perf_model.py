@@ -284,12 +284,12 @@ class FillShape:
         """(output rows, input rows) a block of t rows (output pixels) of one group touches; a block
         longer than a sample reads its samples' whole inputs and a partial window row at each end."""
         t = np.asarray(t, dtype=float)
-        npix = self.out_w * self.out_h
         rows_out = (t + self.out_w - 1) / self.out_w
-        within = np.minimum((rows_out - 1) * self.sh + self.kh, self.in_h)
-        across = t / npix * self.in_h + np.maximum(self.kh - self.sh, 0)
         if self.rate is not None:
             return rows_out, self.rate * t
+        npix = self.out_w * self.out_h
+        within = np.minimum((rows_out - 1) * self.sh + self.kh, self.in_h)
+        across = t / npix * self.in_h + np.maximum(self.kh - self.sh, 0)
         return rows_out, np.where(t <= npix, within, across)
 
     def words(self, t: ArrayLike) -> np.ndarray:

@@ -400,6 +400,10 @@ class Scorer:
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
         exact = bool((lo == hi).all())   # every range one TR (the seeds, a search's last round): its bound is its score
+        buffer = self.room is not None
+        if buffer:   # words a half of the buffer each range's design at hi has room for, and at lo (it shrinks with TR)
+            room_hi = self.room(hi[:, None], TP[:, None], TC[:, None])
+            room_lo = room_hi if exact else self.room(lo[:, None], TP[:, None], TC[:, None])
         if np.isfinite(threshold):
             bound += float(weights.sum()) * peak
             live = live[bound >= threshold]
@@ -410,12 +414,10 @@ class Scorer:
             tp, tc = TP[live, None], TC[live, None]
             ks = k_codes(opts.given_stackable())
             modes: dict = modes_of(tp, tc, self.shapes, ks, self.bus, opts.timing)
-            buffer = self.room is not None
             if buffer:
                 modes |= buffered_modes(tp, tc, self.shapes, ks, self.bus, opts.timing)
                 fill = self.shapes.fills(tp, tc)
-                depth = self.room(col[1], tp, tc)
-                most = self.room(col[0], tp, tc)      # the room shrinks as TR grows
+                depth, most = room_hi[live], room_lo[live]
             best_hi = best_lo = None
             for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable(), buffer)):
                 setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR)
