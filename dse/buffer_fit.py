@@ -70,8 +70,8 @@ def exact_block_words(TR: int, TP: int, TC: int, geometry: tuple[int, int, int, 
     window = buffer_window(TP)
     most = 0
     for blk in layer_schedule(TR, TP, TC, npix, P, C, b, BR, k_code, banks).blocks:
-        if blk.c0 != 0:
-            break
+        if blk.c0 != 0:            # the same row block in a later column tile
+            continue
         regions = [r for sl in blk.slices
                    for r in fill_regions(*geometry, sl.samples[0] + sl.row0 // npix, sl.row0 % npix, sl.row1 - sl.row0,
                                          sl.samples[-1] + 1)]

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple, Union
+from typing import Callable, NamedTuple, Union
 
 import numpy as np
 
 from fluidnpu.hw.regmap import K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth, nmax
 
 ArrayLike = Union[int, float, np.ndarray]
+BlockPrice = Callable[..., np.ndarray]   # `LayerCosts.block` or `LayerCosts.staging`: a block's price
 
 
 
@@ -55,7 +56,11 @@ class EngineTiming:
     per row block, pass_overhead per pass (+ one per group); layer_overhead:
     the fixed part of a layer's control (descriptor round trip, state
     changes, the last write's response). The control unit's planning, which
-    depends on the layer, is priced exactly by `plan_cycles`.
+    depends on the layer, is priced exactly by `plan_cycles`. stage_turn: the
+    staging loop's fixed cycles beyond fill_base + the pipeline, a block's rows
+    and its writes (`LayerCosts.staging`): 3 from a block's last step handed
+    over to its first row in the MACs, 1 from its last write to the next
+    hand-over that waits for its half (traced, docs/rtl-agreement.md, wave 3n).
 
     The register stages the timing proxy asks for (docs/resources.md, "Timing
     proxy") are priced where the RTL adds them: the requantiser's stage adds 1
@@ -70,6 +75,7 @@ class EngineTiming:
 
     word_bytes: int = 2
     fill_base: int = 7
+    stage_turn: int = 4
     layer_overhead: int = 18
     step_overhead: int = 0
     dma_latency: int = 8
@@ -328,7 +334,9 @@ class LayerCosts:
                                   # paced by its own commands or beats, outlast the step's sums
                                   # (`im2col_row_reads`; in the DSE `row_excess_estimate`)
     fill: FillShape | None = None  # buffered (hw/buffered_input.py): the input runs are answered from
-                                   # chip memory, and each block's input is filled a block ahead
+                                   # chip memory, and each row block's input is filled a row block ahead
+    fill_tiles: ArrayLike = 1      # column tiles a row block runs (hw/seq_fetcher.py): its fill is read
+                                   # once, behind the previous row block's steps in all of them
 
     def fill_cycles(self, t: ArrayLike, groups: ArrayLike) -> np.ndarray:
         """Cycles on the ports of a block's fill (t rows in each of `groups` groups)."""
@@ -580,6 +588,16 @@ class LayerCosts:
             steps = np.maximum(steps, self.n_p * busiest + fixed)
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
 
+    def staging(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, pad: ArrayLike = 0.0) -> np.ndarray:
+        """Half the staging loop of a block of t rows: a block's last step is handed to the core only once
+        the block two before it (the two staging halves alternate by block) is written out, so two blocks
+        take at least the turn (`stage_turn`), a block's last step's rows, the pipeline and writer's set-up
+        (`fill_base` + the adder pipeline, as in `drain`) and its writes. Binds only where a block is a
+        step or two of few rows (docs/interpretations.md, "The staging loop")."""
+        t = np.asarray(t)
+        write = t * (np.asarray(groups) - np.asarray(pad)) * tile.out_row
+        return (self.timing.stage_turn + self.timing.fill_base + np.asarray(self.depth) + t + write) / 2
+
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0, rate: bool = False) -> np.ndarray:
         """Fetcher cycles of one row block (`block`'s arguments): every step's weight rows (the bias on
@@ -609,8 +627,9 @@ class LayerCosts:
         in_cmds = tg * runs_c + first_c
         beats = tg * beats_c - t * pad * pad_c + first_b
         if self.fill is not None:
-            # the next block's fill (taken as this block's size) shares the ports with this block's steps
-            beats = beats + self.fill_cycles(t, groups)
+            # the next row block's fill (taken as this block's size) shares the ports with this row block's
+            # steps in every column tile: a tile's share of it
+            beats = beats + self.fill_cycles(t, groups) / np.asarray(self.fill_tiles)
         split = self._split_terms
         if split is None:
             return fixed, [(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p)]
@@ -956,12 +975,12 @@ def mode_costs(TP: ArrayLike, TC: ArrayLike, R: ArrayLike, P: ArrayLike, C: Arra
             raise ValueError("exact input reads (geometry=) price one design at a time")
         reads = im2col_row_reads(geometry, int(TPk), bus)
         costs = replace(costs, **reads._asdict() | {"in_row": np.asarray(reads.in_row)})
+    nct = _ceil_div(C, TCk)
     if fill is not None:
         # the input runs are answered by the buffer, one a cycle: commands, no beats on the ports
         runs = np.asarray(costs.in_runs, dtype=float)
         costs = replace(costs, in_beats=np.zeros_like(runs), first_beats=0.0, split_beats=0.0, row_excess=0.0,
-                        in_row=runs * bus.command_cycles, fill=fill)
-    nct = _ceil_div(C, TCk)
+                        in_row=runs * bus.command_cycles, fill=fill, fill_tiles=nct)
     return ModeCosts(k_code, TPk, TCk, np.asarray(TC), C, exists, costs, nct, np.minimum(C, TCk),
                      C - (nct - 1) * TCk)
 
@@ -1088,30 +1107,35 @@ class LayerParts:
 def _body(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
     m, costs, timing = setup.mode, setup.mode.costs, setup.mode.costs.timing
 
-    def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray, pad: ArrayLike = 0.0) -> np.ndarray:
-        """Every group of the pass streams all the pass's rows (a short group's extra rows
-        are padding, priced evenly over the blocks), so each block costs the same per row."""
-        n, s, big = split
-        return (n - big) * costs.block(s, tile, groups, pad=pad) + big * costs.block(s + 1, tile, groups, pad=pad)
+    def blocks_cycles(price: BlockPrice, by_g: TileCosts, by_h: TileCosts) -> np.ndarray:
+        """A column tile's blocks, each priced by `price` (block or staging). Every group of a pass streams
+        all the pass's rows (a short group's extra rows are padding, priced evenly over the blocks), so
+        each block costs the same per row."""
+        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray, pad: ArrayLike = 0.0) -> np.ndarray:
+            n, s, big = split
+            return (n - big) * price(s, tile, groups, pad=pad) + big * price(s + 1, tile, groups, pad=pad)
+        return (setup.npass - 1) * pass_cycles(rb.full, by_g, setup.g) + pass_cycles(rb.last, by_h, setup.h, setup.pad)
 
-    def column_tile_cycles(by_g: TileCosts, by_h: TileCosts) -> np.ndarray:
-        # each pass: its fetcher set-up (a cycle, one per group) before its first block
-        full_pass = pass_cycles(rb.full, by_g, setup.g) + timing.pass_overhead + setup.g
-        last_pass = pass_cycles(rb.last, by_h, setup.h, setup.pad) + timing.pass_overhead + setup.h
-        return (setup.npass - 1) * full_pass + last_pass + 1
-
-    return (m.nct - 1) * column_tile_cycles(setup.full_g, setup.full_h) + column_tile_cycles(setup.last_g,
+    def all_tiles(price: BlockPrice) -> np.ndarray:
+        return (m.nct - 1) * blocks_cycles(price, setup.full_g, setup.full_h) + blocks_cycles(price, setup.last_g,
                                                                                              setup.last_h)
+
+    # passes -> row blocks -> column tiles (hw/seq_fetcher.py): each pass's fetcher set-up (a cycle, one per
+    # group) once a layer, before its first block, and the layer's first tile's cycle
+    setups = (setup.npass - 1) * (timing.pass_overhead + setup.g) + timing.pass_overhead + setup.h + 1
+    # the fetcher's pace, or the staging loop's where blocks are a step or two of few rows (set-ups hide in it)
+    return np.maximum(all_tiles(costs.block) + setups, all_tiles(costs.staging))
 
 
 def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
-    """The last pass with fewer groups waits for the core to empty; the next column tile's
-    first pass regroups again."""
+    """The last pass, with fewer groups, waits for the core to empty, once a layer (passes are the
+    fetcher's outer loop): its first block in the first column tile follows the previous pass's last
+    block in the last tile."""
     m, costs = setup.mode, setup.mode.costs
-    s_f, s_l = rb.full[1], rb.last[1]
-    per_tile = costs.regroup(s_f, rb.t0_last, setup.last_h, setup.h) + (m.nct - 1) * (
-        costs.regroup(s_f, rb.t0_last, setup.full_h, setup.h) + costs.regroup(s_l, rb.t0_full, setup.full_g, setup.g))
-    return np.where(setup.regroups, per_tile, 0)
+    s_f = rb.full[1]
+    once = np.where(m.nct > 1, costs.regroup(s_f, rb.t0_last, setup.full_h, setup.h),
+                    costs.regroup(s_f, rb.t0_last, setup.last_h, setup.h))
+    return np.where(setup.regroups, once, 0)
 
 
 def _prologue(setup: LayerSetup, rb: RowBlocks, skew: ArrayLike = 0.0) -> np.ndarray:

@@ -92,16 +92,16 @@ def layer_schedule(TR: int, TP: int, TC: int, R: int, P: int, C: int, b: int, BR
         raise ValueError(f"{g} packed groups need TR >= {g} rows in mode k code {k_code}")
     TRe = TRk // g
     blocks: list[Block] = []
-    for c0 in range(0, C, TCk):
-        c1 = min(C, c0 + TCk)
-        for p0 in range(0, len(groups), g):
-            pass_groups = list(enumerate(groups))[p0:p0 + g]
-            rows = max(len(samples) for _, samples in pass_groups) * R
-            # a pass with fewer groups (the last) gives each of them more buffer rows
-            for r0, r1 in _balanced(rows, TRk // len(pass_groups)):
-                slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
-                               for gi, samples in pass_groups if r0 < len(samples) * R)
-                blocks.append(Block(c0, c1, slices, len(pass_groups)))
+    # passes -> row blocks -> column tiles (hw/seq_fetcher.py): a row block runs every tile before the next
+    for p0 in range(0, len(groups), g):
+        pass_groups = list(enumerate(groups))[p0:p0 + g]
+        rows = max(len(samples) for _, samples in pass_groups) * R
+        # a pass with fewer groups (the last) gives each of them more buffer rows
+        for r0, r1 in _balanced(rows, TRk // len(pass_groups)):
+            slices = tuple(GroupSlice(gi, samples, r0, min(r1, len(samples) * R))
+                           for gi, samples in pass_groups if r0 < len(samples) * R)
+            for c0 in range(0, C, TCk):
+                blocks.append(Block(c0, min(C, c0 + TCk), slices, len(pass_groups)))
     return LayerSchedule(TRk, TPk, TCk, g, TRe, tuple(blocks), TR, R, TC, b, BR, TP, int(k_code))
 
 
@@ -111,10 +111,10 @@ def planning_cycles(sched: LayerSchedule) -> int:
     wide = 2 * (ROW_BITS + 2)                                    # n and s on the 24-bit divider
     bp = len(sample_groups(sched.b, sched.BR))
     packed = max(b.c1 for b in sched.blocks) <= sched.TCk      # C <= TCk: groups per pass divided out
-    passes = []                      # (groups, rows) of each pass of the first column tile
+    passes = []                      # (groups, rows) of each pass, from its blocks in the first column tile
     for blk in sched.blocks:
         if blk.c0 != sched.blocks[0].c0:
-            break
+            continue
         if blk.slices[0].row0 == 0:          # every pass starts at its groups' row 0
             passes.append([None, 0, blk.pass_groups])
         passes[-1][1] = max(passes[-1][1], max(sl.row1 for sl in blk.slices))
@@ -174,24 +174,28 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
         return blocks[key]
 
     total = 0.0
+    staged = 0.0                     # the staging loop's pace (`LayerCosts.staging`), beside the fetcher's
+    regroups = 0.0
     prev = None
     pad = 0.0
     for blk in sched.blocks:
         tile = tile_of(blk)
-        new_tile = prev is None or blk.c0 != prev.c0
-        new_pass = blk.slices[0].row0 == 0                      # a pass starts at its groups' row 0
-        if new_tile:
-            total += 1                                          # the fetcher's tile set-up
+        # a pass starts at its groups' row 0, in the first column tile
+        new_pass = blk.slices[0].row0 == 0 and blk.c0 == 0
+        if prev is None:
+            total += 1                                          # the fetcher's set-up of the first tile
         if new_pass:
             total += timing.pass_overhead + blk.pass_groups      # pass set-up, a cursor per group
             if prev is not None and blk.pass_groups != prev.pass_groups:
                 # another group count: the core empties before the pass's first step
-                total += float(costs.regroup(prev.rows, blk.rows, tile, blk.pass_groups))
+                regroups += float(costs.regroup(prev.rows, blk.rows, tile, blk.pass_groups))
             pad = _pass_padding(sched, blk)
         # every group of the pass streams the block's rows (a short group's are padding: zero-fill
         # reads and no write-back, priced evenly over the pass's blocks as the closed form does)
         total += block_of(blk, pad)
+        staged += float(costs.staging(blk.rows, tile, blk.pass_groups, pad=pad))
         prev = blk
+    total = max(total, staged) + regroups
     first, last = sched.blocks[0], sched.blocks[-1]
     total += float(costs.prologue(first.rows, tile_of(first), first.pass_groups))
     last_tile = tile_of(last)

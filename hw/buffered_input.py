@@ -141,9 +141,11 @@ class BufferedInput(wiring.Component):
         wiring.connect(m, buf.rsp, rsp_skid.i)
         wiring.connect(m, rsp_skid.o, wiring.flipped(self.rsp))
 
-        # in flight: runs taken and not answered, fill reads issued and not written
+        # in flight: runs taken and not answered by the buffer (an answer in the skid counts apart: the
+        # loader's ready, which comes from the core's step hand-over, stays out of the count's adder),
+        # fill reads issued and not written
         runs, fills = Signal(range(64)), Signal(range(FILLS_IN_FLIGHT + 2))
-        m.d.sync += [runs.eq(runs + (self.run.valid & self.run.ready) - (self.rsp.valid & self.rsp.ready)),
+        m.d.sync += [runs.eq(runs + (self.run.valid & self.run.ready) - (buf.rsp.valid & buf.rsp.ready)),
                      fills.eq(fills + (self.rd.valid & self.rd.ready) - (self.rd_rsp.valid & self.rd_rsp.ready))]
-        m.d.comb += self.busy.eq((runs != 0) | (fills != 0) | pairing.r_rdy)
+        m.d.comb += self.busy.eq((runs != 0) | rsp_skid.busy | (fills != 0) | pairing.r_rdy)
         return m

@@ -440,7 +440,7 @@ class AxiDma(wiring.Component):
     readies registers. `rd_restart` (only while no read is in flight) starts the
     deal over at port 0, stream 0 first: the NPU pulses it at each layer's start,
     so a layer's reads land on the ports the same way whatever ran before (the
-    performance model deals a packed layer's steps from there, `dealt_port_beats`).
+    performance model's `LayerCosts.busiest_port` reasons from there).
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,

@@ -105,12 +105,13 @@ class InputBuffer(wiring.Component):
             for i in range(L):
                 at = (windows << lw) + k * L + i          # the word's place in the fill's windows
                 m.d.comb += wp.en[i].eq(may_fill & (at >= first) & (at < first + f.nwords))
+        # ready does not wait for valid (the fill's half free and its last window due: registers only), so
+        # no path runs from the DMA's response through the window logic back into its ready
+        m.d.comb += self.fill.ready.eq(~full.bit_select(f.half, 1) & last_win)
         with m.If(may_fill):
             m.d.sync += windows.eq(Mux(last_win, 0, windows + 1))
-            with m.If(last_win):
-                m.d.comb += self.fill.ready.eq(1)
-                with m.If(f.last):
-                    m.d.sync += full.bit_select(f.half, 1).eq(1)
+            with m.If(last_win & f.last):
+                m.d.sync += full.bit_select(f.half, 1).eq(1)
 
         # reads: stage 1 reads every bank; stage 2 rotates, shifts and masks into `rsp`
         c = self.cmd.payload

@@ -1,7 +1,7 @@
 """The control unit's im2col fetcher (hw/sequencer.py).
 
-For the layer the planner presents on `plan`, from `go` on, it walks column
-tiles -> passes -> blocks -> weight steps and issues the DMA reads of every
+For the layer the planner presents on `plan`, from `go` on, it walks passes ->
+row blocks -> column tiles -> weight steps and issues the DMA reads of every
 step ahead of the core (`rd_cmd`): each step's weight rows (one read per
 packed group), the block's bias on its first step, and its input rows, which
 im2col builds straight from the previous layer's HWC tensor (one read per
@@ -9,7 +9,9 @@ run of contiguous channels of a kernel tap, or of a kernel row where its taps
 follow in memory and the row's window reads no padding; padding reads are
 zero fills).
 Each step goes to the loader (`step`), each block to the writer (`block`),
-both through 4-deep FIFOs.
+both through 4-deep FIFOs. A row block runs every column tile before the next
+block starts, so a buffered layer fills each block's input once for all its tiles
+(the tiles re-read only the weights), and a pass's group count changes once a layer.
 
 The fetcher starts a step's reads once the step before the previous one has
 been handed to the core (at most two fetched steps wait for the core), not
@@ -44,11 +46,12 @@ class SeqFetcher(wiring.Component):
 
     With `buffer` (an NPU built with the block input buffer, hw/buffered_input.py), for a layer whose
     descriptor is `buffered`: `fill_block` hands the fill walker each row block's groups while the
-    block before it walks its first step (the cursors then reach the next block's first pixels; a
-    pass's last block hands over the next pass's first block), the layer's first block as its pass
-    starts, and `in_ctx` says of each input run
-    its block's half (the staging half `sb`: both alternate by block), its sample and whether it is
-    the block's last run; `fill_issued` (one cycle) says a block's fill reads have all been issued.
+    block before it walks its first step in its first column tile (the cursors then reach the next
+    block's first pixels; a pass's last block hands over the next pass's first block), the layer's
+    first block as its pass starts, and `in_ctx` says of each input run its row block's half (`hb`,
+    which alternates by row block, while the staging half `sb` alternates by block and tile), its
+    sample and whether it is the row block's last run (in its last tile: the half then empties);
+    `fill_issued` (one cycle) says a block's fill reads have all been issued.
     """
 
     def __init__(self, *, TR: int, TP: int, TC: int, NB: int, bmax: int, nmax: int, buffer: bool = False) -> None:
@@ -103,6 +106,15 @@ class SeqFetcher(wiring.Component):
 
         col0 = Signal(16)
         w = Signal(range(2 * TC + 1))
+        # the tile: the first of its row block (tile0), not the last (more_tiles), set as col0 moves; and
+        # the next tile's width and whether one follows it, registers of col0 and the plan (col0 holds
+        # for a whole (block, tile), at least two cycles)
+        more_tiles, tile0 = Signal(), Signal()
+        next_w, first_w = Signal.like(w), Signal.like(w)
+        more_next, multi = Signal(), Signal()
+        rest_next = f["cout"] - (col0 + nPE)
+        m.d.sync += [next_w.eq(Mux(rest_next < nPE, rest_next, nPE)), more_next.eq(col0 + 2 * nPE < f["cout"]),
+                     first_w.eq(Mux(f["cout"] < nPE, f["cout"], nPE)), multi.eq(nPE < f["cout"])]
         grp_next = Signal(b_bits + 1)
         nsamp = Signal(b_bits + 1)
         nsrc = Signal(ADDR)
@@ -123,7 +135,8 @@ class SeqFetcher(wiring.Component):
         wq, bq = Signal(range(NB + 1)), Signal(range(NB + 1))
         wq_off, bq_off = Signal(range(2 * TC + 1)), Signal(range(2 * TC + 1))     # q*cw, q < g
         bcol = Signal(range(2 * TC + nmax + 1))        # logical column of the bias chunk read
-        sb = Signal()
+        sb = Signal()                                  # staging half: alternates by (row block, tile)
+        hb = Signal()                                  # buffer half: alternates by row block
         first = Signal()
         last = Signal()
         cur_g = Signal(range(NB + 1))
@@ -230,7 +243,7 @@ class SeqFetcher(wiring.Component):
             # A block's start counts a cycle late, from a register (`started`: no path from the step
             # hand-over logic into the count), and no step starts in that cycle
             owed, started = Signal(signed(4)), Signal()
-            m.d.sync += [started.eq(step_fifo.w_en & first_c), owed.eq(owed + started - self.fill_issued)]
+            m.d.sync += [started.eq(step_fifo.w_en & first_c & tile0), owed.eq(owed + started - self.fill_issued)]
             with m.If(self.go):
                 m.d.sync += owed.eq(0)
             may_start = may_start & (~self.buffered | ((owed <= 0) & ~started))
@@ -246,30 +259,27 @@ class SeqFetcher(wiring.Component):
             # settle at least a cycle before a block's first step walks its rows)
             more_blocks, next_t = Signal(), Signal.like(t)
             m.d.sync += [more_blocks.eq(bi + 1 < n_sel), next_t.eq(Mux(bi + 1 < big_sel, s_sel + 1, s_sel))]
-            # the next pass's first block (of this tile, or of the next tile), handed to the fill walker
-            # during this pass's last block as any next block is: its group count, rows, first sample and
-            # address (registers; `pre_n` of its groups handed so far, the rest in CURSORS)
-            tile_last = grp_next + gp == BP
-            nxt_grp = Mux(tile_last, 0, grp_next + gp)
-            nxt_last = BP - nxt_grp <= g
+            # the next pass's first block, handed to the fill walker during this pass's last block (in its
+            # first tile) as any next block is: its group count, rows, first sample and address
+            # (registers; `pre_n` of its groups handed so far, the rest in CURSORS)
+            layer_last = grp_next + gp == BP
+            nxt_last = BP - (grp_next + gp) <= g
             pre_ok, pre_gp, pre_t = Signal(), Signal(range(NB + 1)), Signal.like(t)
             pre_n, pre_samp, pre_src = Signal(range(NB + 1)), Signal(b_bits + 1), Signal(ADDR)
-            m.d.sync += [pre_ok.eq(~(tile_last & (col0 + nPE >= f["cout"]))), pre_gp.eq(Mux(nxt_last, gl, g)),
+            m.d.sync += [pre_ok.eq(~layer_last), pre_gp.eq(Mux(nxt_last, gl, g)),
                          pre_t.eq(Mux(nxt_last, Mux(pl.last.big != 0, pl.last.s + 1, pl.last.s),
                                       Mux(pl.full.big != 0, pl.full.s + 1, pl.full.s)))]
             with m.If(pre_n == 0):
-                m.d.sync += [pre_samp.eq(Mux(tile_last, 0, nsamp)), pre_src.eq(Mux(tile_last, f["src_base"], nsrc))]
+                m.d.sync += [pre_samp.eq(nsamp), pre_src.eq(nsrc)]
 
         with m.FSM(name="fetch"):
             with m.State("IDLE"):
                 m.d.comb += fetch_done.eq(1)
                 with m.If(self.go):
-                    m.d.sync += [col0.eq(0)]
+                    m.d.sync += [col0.eq(0), grp_next.eq(0), nsamp.eq(0), nsrc.eq(f["src_base"])]
                     m.next = "TILE"
-            with m.State("TILE"):
-                rest = f["cout"] - col0
-                m.d.sync += [w.eq(Mux(rest < nPE, rest, nPE)), grp_next.eq(0), nsamp.eq(0),
-                             nsrc.eq(f["src_base"])]
+            with m.State("TILE"):         # the layer's first tile
+                m.d.sync += [w.eq(Mux(f["cout"] < nPE, f["cout"], nPE)), tile0.eq(1), more_tiles.eq(nPE < f["cout"])]
                 m.next = "PASS"
             with m.State("PASS"):
                 is_last = BP - grp_next <= g
@@ -297,7 +307,7 @@ class SeqFetcher(wiring.Component):
                     # handed over during the pass before (`pre_n`)
                     fb = fill_w
                     hand = self.buffered & (q >= pre_n)
-                    m.d.comb += [fb.half.eq(sb), fb.sample.eq(nsamp), fb.iy.eq(-f["ph"]), fb.sbase.eq(nsrc),
+                    m.d.comb += [fb.half.eq(hb), fb.sample.eq(nsamp), fb.iy.eq(-f["ph"]), fb.sbase.eq(nsrc),
                                  fb.t.eq(Mux(big_sel != 0, s_sel + 1, s_sel)), fb.gend.eq(Mux(end < b, end, b)),
                                  fb.cont.eq(q != 0), fb.close.eq(q + 1 == gp),
                                  fill_fifo.w_en.eq(hand & fill_fifo.w_rdy)]
@@ -329,8 +339,8 @@ class SeqFetcher(wiring.Component):
 
             with m.State("BLOCK"):
                 m.d.comb += [blk.t.eq(Mux(bi < big_sel, s_sel + 1, s_sel)), blk.gp.eq(gp), blk.col0.eq(col0),
-                             blk.w.eq(w), blk.sb.eq(sb), blk.pass_start.eq(bi == 0),
-                             blk.tile_start.eq((bi == 0) & (grp_next == 0))]
+                             blk.w.eq(w), blk.sb.eq(sb), blk.pass_start.eq((bi == 0) & tile0),
+                             blk.layer_start.eq((bi == 0) & tile0 & (grp_next == 0)), blk.again.eq(~tile0)]
                 with m.If(blk_fifo.w_rdy):
                     t_blk = Mux(bi < big_sel, s_sel + 1, s_sel)
                     taps0 = (0, 0, f["cin"], 0, f["row_words"])
@@ -360,7 +370,7 @@ class SeqFetcher(wiring.Component):
                     # fill walker: its cursor (nc_sig) is that group's first pixel of the next block
                     # (the pass's last block hands over the next pass's first block instead, one group a
                     # group-end, as many as that pass has, the rest in CURSORS)
-                    at_end = self.buffered & row_last & (j + 1 == t) & first
+                    at_end = self.buffered & row_last & (j + 1 == t) & first & tile0
                     push = at_end & more_blocks
                     prepush = at_end & ~more_blocks & pre_ok & (pre_n < pre_gp)
                     pre_end = pre_samp + BR
@@ -373,9 +383,9 @@ class SeqFetcher(wiring.Component):
                         m.d.comb += [fb.sample.eq(pre_samp), fb.iy.eq(-f["ph"]), fb.sbase.eq(pre_src), fb.t.eq(pre_t),
                                      fb.gend.eq(Mux(pre_end < b, pre_end, b)), fb.cont.eq(pre_n != 0),
                                      fb.close.eq(pre_n + 1 == pre_gp)]
-                    m.d.comb += [fb.half.eq(~sb), fill_fifo.w_en.eq(accepted & (push | prepush)),
-                                 self.in_ctx.half.eq(sb), self.in_ctx.sample.eq(w_sample),
-                                 self.in_ctx.last.eq(last & step_done)]
+                    m.d.comb += [fb.half.eq(~hb), fill_fifo.w_en.eq(accepted & (push | prepush)),
+                                 self.in_ctx.half.eq(hb), self.in_ctx.sample.eq(w_sample),
+                                 self.in_ctx.last.eq(last & step_done & ~more_tiles)]
                     with m.If(accepted & prepush):
                         m.d.sync += [pre_n.eq(pre_n + 1), pre_samp.eq(pre_end), pre_src.eq(pre_src + br_src)]
                     in_valid = in_valid & ~(self.buffered & first & ~fill_room)
@@ -396,7 +406,7 @@ class SeqFetcher(wiring.Component):
                             m.d.sync += {"sample": w_sample, "pix": w_pix, "oy": w_oy, "ox": w_ox, "iy": w_iy,
                                          "ix": w_ix, "off": w_off, "sbase": w_sbase}[k].eq(nc_sig[k])
                         with m.If(j + 1 == t):
-                            with m.If(last):  # the block's cursor moves on for the next block
+                            with m.If(last & ~more_tiles):  # the cursor moves on for the next row block
                                 m.d.sync += [c_sample[q].eq(nc_sig["sample"]), c_pix[q].eq(nc_sig["pix"]),
                                              c_oy[q].eq(nc_sig["oy"]), c_ox[q].eq(nc_sig["ox"]),
                                              c_iy[q].eq(nc_sig["iy"]), c_ix[q].eq(nc_sig["ix"]),
@@ -410,19 +420,22 @@ class SeqFetcher(wiring.Component):
                                 m.d.sync += [p0.eq(p0 + TPk)]
                                 m.d.sync += [reg.eq(v) for reg, v in zip((s_ky, s_kx, s_lit, s_off, s_rlit), nxt)]
                                 with m.If(last):
-                                    m.d.sync += [bi.eq(bi + 1), sb.eq(~sb)]
-                                    with m.If(bi + 1 == n_sel):
-                                        m.d.sync += [grp_next.eq(grp_next + gp), q.eq(0)]
-                                        with m.If(grp_next + gp == BP):
-                                            m.d.sync += col0.eq(col0 + nPE)
-                                            with m.If(col0 + nPE >= f["cout"]):
+                                    m.d.sync += sb.eq(~sb)
+                                    with m.If(more_tiles):      # the same row block, the next column tile
+                                        m.d.sync += [col0.eq(col0 + nPE), w.eq(next_w), tile0.eq(0),
+                                                     more_tiles.eq(more_next)]
+                                        m.next = "BLOCK"
+                                    with m.Else():              # the row block is done in every tile
+                                        m.d.sync += [col0.eq(0), w.eq(first_w), tile0.eq(1), more_tiles.eq(multi),
+                                                     bi.eq(bi + 1), hb.eq(~hb)]
+                                        with m.If(bi + 1 == n_sel):
+                                            m.d.sync += [grp_next.eq(grp_next + gp), q.eq(0)]
+                                            with m.If(grp_next + gp == BP):
                                                 m.next = "IDLE"
                                             with m.Else():
-                                                m.next = "TILE"
+                                                m.next = "PASS"
                                         with m.Else():
-                                            m.next = "PASS"
-                                    with m.Else():
-                                        m.next = "BLOCK"
+                                            m.next = "BLOCK"
                                 with m.Else():
                                     # the next step of the block: start it at once when the fetcher
                                     # may run ahead, so its first weight read follows this read directly

@@ -91,11 +91,12 @@ def step_layout(TR: int) -> data.StructLayout:
 
 
 def block_layout(TR: int, TC: int, NB: int) -> data.StructLayout:
-    """A row block from the fetcher to the writer: its rows `t`, groups `gp`, first column
-    `col0` and width `w` of the tile, staging half `sb`; whether it starts a pass or a tile
-    (the writer then resets its output cursors)."""
+    """A row block in one column tile from the fetcher to the writer: its rows `t`, groups `gp`, first
+    column `col0` and width `w` of the tile, staging half `sb`; whether it starts the layer or a pass
+    (the writer then sets its output cursors), and whether it is a row block's later tile (`again`:
+    the writer goes back to the block's first rows)."""
     return data.StructLayout({"t": bits_for(TR), "gp": bits_for(NB), "col0": 16, "w": bits_for(2 * TC),
-                              "sb": 1, "pass_start": 1, "tile_start": 1})
+                              "sb": 1, "pass_start": 1, "layer_start": 1, "again": 1})
 
 
 def pass_plan_layout() -> data.StructLayout:

@@ -4,7 +4,9 @@ It drains each finished block from the core's staging buffer to the output
 tensors: for every block the fetcher announced (`block`) and the core has
 finished (`block_done`), row by row and group by group, one DMA write (`wr`)
 per row and group, with the per-group output cursors (sample, pixel,
-address) it keeps across the blocks of a pass. A drained block frees its
+address) it keeps across the blocks of a pass; a row block runs every column tile before the
+next (hw/seq_fetcher.py), so each tile after the first starts again from the cursors the
+block's first tile started from. A drained block frees its
 staging half (`staging.free`), which the loader waits for before the core may
 fill it again.
 """
@@ -60,6 +62,10 @@ class SeqWriter(wiring.Component):
             return Array(Signal(shape, name=f"{name}{i}") for i in range(NB))
         o_sample, o_gend = arr("o_sample", b_bits + 1), arr("o_gend", b_bits + 1)
         o_pix, o_addr, o_sbase = arr("o_pix", ROW_BITS), arr("o_addr", ADDR), arr("o_sbase", ADDR)
+        # the row block's first cursors, for its later column tiles
+        k_sample, k_pix = arr("k_sample", b_bits + 1), arr("k_pix", ROW_BITS)
+        k_addr, k_sbase = arr("k_addr", ADDR), arr("k_sbase", ADDR)
+        cursors = ((o_sample, k_sample), (o_pix, k_pix), (o_addr, k_addr), (o_sbase, k_sbase))
 
         m.d.sync += blocks_ready.eq(blocks_ready + self.block_done - (self.block.valid & self.block.ready))
         m.d.comb += self.idle.eq((blocks_ready == 0) & ~busy)
@@ -78,18 +84,26 @@ class SeqWriter(wiring.Component):
             with m.State("IDLE"):
                 with m.If((blocks_ready != 0) & self.block.valid):
                     m.d.comb += self.block.ready.eq(1)
-                    m.d.sync += [info.eq(self.block.payload), q.eq(0), busy.eq(1)]
-                    with m.If(self.block.payload.tile_start):
+                    blk = self.block.payload
+                    m.d.sync += [info.eq(blk), q.eq(0), busy.eq(1)]
+                    with m.If(blk.layer_start):
                         m.d.sync += [nsamp.eq(0), ndst.eq(f.dst_base)]
-                    with m.If(self.block.payload.pass_start):
+                    with m.If(blk.pass_start):
                         m.next = "CURSORS"
                     with m.Else():
+                        for i in range(NB):
+                            for o, k in cursors:
+                                with m.If(blk.again):
+                                    m.d.sync += o[i].eq(k[i])
+                                with m.Else():
+                                    m.d.sync += k[i].eq(o[i])
                         m.next = "ROW0"
             with m.State("CURSORS"):
                 end = nsamp + BR
                 m.d.sync += [o_sample[q].eq(nsamp), o_gend[q].eq(Mux(end < b, end, b)), o_pix[q].eq(0),
                              o_addr[q].eq(ndst), o_sbase[q].eq(ndst), nsamp.eq(end),
-                             ndst.eq(ndst + br_dst), q.eq(q + 1)]
+                             ndst.eq(ndst + br_dst), q.eq(q + 1),
+                             k_sample[q].eq(nsamp), k_pix[q].eq(0), k_addr[q].eq(ndst), k_sbase[q].eq(ndst)]
                 with m.If(q + 1 == info.gp):
                     m.next = "ROW0"
             with m.State("ROW0"):

@@ -8,7 +8,7 @@ Four machines, each a Component of its own, joined by typed streams
   Bactive and plans the passes and balanced row blocks exactly as
   docs/interpretations.md defines them (the same plan dse/perf_model.py
   prices), then lets the other three run the layer until they have drained;
-* the fetcher (hw/seq_fetcher.py) walks column tiles -> passes -> blocks ->
+* the fetcher (hw/seq_fetcher.py) walks passes -> row blocks -> column tiles ->
   weight steps and issues DMA reads for each step's weights (+ the block's
   bias) and its input rows (im2col runs straight from the previous layer's
   HWC tensor) into the free half of the double buffers;
@@ -197,16 +197,18 @@ class Sequencer(wiring.Component):
                      self.wr_data.eq(wr_slice.o.payload.data)]
 
         # the layer is over when every read is answered and every machine and the DMA's writes are idle
-        # (counted at the slices' far ends, so a command or response held in a slice counts as in flight)
-        # (one count a stream: each moves by one a cycle at most, a shorter path than one count of both)
-        rd_out = [Signal(range(64), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet consumed
-        in_done = in_rsp_slice.o if buffer else loader.in_rsp    # the DMA's input responses, whoever takes them
-        for cnt, i, rsp in ((rd_out[0], rd_pair.i0, loader.rd_rsp), (rd_out[1], rd_pair.i1, in_done)):
+        # (one count a stream: each moves by one a cycle at most, a shorter path than one count of both).
+        # A read counts from the command slice's near end (one held in the slice is in flight), a response
+        # as it enters its skid, whose ready is a register (one held in the skid is in flight by its
+        # `busy`): neither the loader's ready nor the buffer's reaches the counts' adders
+        rd_out = [Signal(range(64), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet answered
+        for cnt, i, rsp in ((rd_out[0], rd_pair.i0, rsp_slice.i), (rd_out[1], rd_pair.i1, in_rsp_slice.i)):
             m.d.sync += cnt.eq(cnt + (i.valid & i.ready) - (rsp.valid & rsp.ready))
         # registered (the planner's state logic then starts at a register: +1 cycle a layer), and
         # cleared by `go`, so the cycle after it never sees the idle machines of before the layer
         drained = Signal()
-        idle = fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle
+        idle = (fetcher.idle & loader.idle & writer.idle & ~wr_slice.busy & self.wr_idle & ~rsp_slice.busy
+                & ~in_rsp_slice.busy)
         if buffer:
             idle = idle & ~bi.busy
         m.d.sync += drained.eq(idle & (rd_out[0] == 0) & (rd_out[1] == 0) & ~planner.go)

@@ -82,6 +82,24 @@ def test_a_3x3_layer_reads_its_input_once_and_unbuffered_layers_still_run():
     _check(run_case(replace(SMALL, input_buffer=0), cases[1]), cases[1])
 
 
+def test_a_row_block_is_filled_once_for_all_its_column_tiles():
+    """A row block runs every column tile before the next (hw/seq_fetcher.py), so a buffered layer reads
+    its input from DDR once whatever its tiles: a 1 x 1 layer to 12 channels (three tiles on TC 4) reads
+    just its extra weights and biases more than the same layer to 4, where from DDR it also reads its
+    input twice more (128 beats a sample and tile: 64 pixels of 8 words)."""
+    cases = []
+    for buffered in (False, True):
+        for cout in (4, 12):
+            geo = dict(in_h=8, in_w=8, cin=8, out_h=8, out_w=8, cout=cout, kh=1, kw=1)
+            cases.append(one_layer_case(geo, SMALL.bmax, seed=3, b=2, mode=(1, 0), buffered=buffered))
+    results = run_cases(SMALL, cases)
+    for result, case in zip(results, cases):
+        _check(result, case)
+        assert abs(result.counters["CYC_BUSY"] / case_model_cycles(SMALL, case) - 1) < 0.05
+    plain4, plain12, buf4, buf12 = (r.read_beats for r in results)
+    assert (plain12 - plain4) - (buf12 - buf4) == 2 * 2 * 128
+
+
 def test_a_block_larger_than_the_buffer_is_reported_and_the_npu_stays_usable():
     """A half of 64 words cannot hold this layer's blocks: the run ends with BUFFER_OVERFLOW (not a hang,
     not a silent result), and the next run on the same NPU, unbuffered, is bit-exact."""

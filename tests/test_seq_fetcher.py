@@ -26,7 +26,7 @@ from fluidnpu.sim_tb.seq_bench import block_rows, plan_values
 TR, TP, TC, NB, BMAX, NMAX = 8, 4, 4, 2, 2, 16
 
 LAYERS = [
-    # 3x3 conv, padding 1: zero-filled taps, runs that end at a tap, 2 column tiles, 2 blocks a tile
+    # 3x3 conv, padding 1: zero-filled taps, runs that end at a tap, 2 column tiles, 2 row blocks
     LayerDescriptor(layer=0, in_h=4, in_w=4, cin=3, out_h=4, out_w=4, cout=6, kh=3, kw=3, ph=1, pw=1,
                     src_base=0x1000, src_sample_stride=96, dst_base=0x2000, weight_base=0x3000, bias_base=0x4000),
     # strided 2x2 conv, runs of 5 channels across 4-lane steps
@@ -52,11 +52,12 @@ def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple
     C, P, TPk, nPE = desc.cout, desc.P, plan["TPk"], plan["nPE"]
     weights: list[tuple] = []
     reads, steps, blocks, sb = [], [], [], 0
-    for col0 in range(0, C, nPE):
-        w = min(nPE, C - col0)
-        r0 = 0
-        for bi, t in enumerate(block_rows(plan, "full" if plan["BP"] > plan["g"] else "last")):
-            blocks.append((t, 1, col0, w, sb, int(bi == 0), int(bi == 0)))
+    r0 = 0
+    for bi, t in enumerate(block_rows(plan, "full" if plan["BP"] > plan["g"] else "last")):
+        for col0 in range(0, C, nPE):          # a row block runs every column tile before the next
+            w = min(nPE, C - col0)
+            blocks.append((t, 1, col0, w, sb, int(bi == 0 and col0 == 0), int(bi == 0 and col0 == 0),
+                           int(col0 > 0)))
             for p0 in range(0, P, TPk):
                 nl = min(TPk, P - p0)
                 steps.append((t, int(p0 == 0), int(p0 + TPk >= P), sb))
@@ -87,8 +88,8 @@ def expected(desc: LayerDescriptor, plan: dict) -> tuple[list[tuple], list[tuple
                         reads.append((KIND_INPUT, addr, run, int(zero), lane, j, int(last),
                                       int(last and j + 1 == t)))
                         p, lane = p + run, lane + run
-            r0 += t
             sb ^= 1
+        r0 += t
     return weights, reads, steps, blocks
 
 
@@ -128,7 +129,8 @@ def run(desc: LayerDescriptor, *, seed: int = 0, cmd_ready: float = 1.0, step_re
             if sv and ready[2]:
                 out["steps"].append((step.t, step.first, step.last, step.sb))
             if bv and ready[3]:
-                out["blocks"].append((blk.t, blk.gp, blk.col0, blk.w, blk.sb, blk.pass_start, blk.tile_start))
+                out["blocks"].append((blk.t, blk.gp, blk.col0, blk.w, blk.sb, blk.pass_start, blk.layer_start,
+                                       blk.again))
             quiet = quiet + 1 if idle else 0
             if quiet == 5:
                 break

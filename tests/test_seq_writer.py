@@ -35,28 +35,32 @@ def layer(cout: int) -> LayerDescriptor:
 
 
 def blocks_of(desc: LayerDescriptor, plan: dict) -> list[dict]:
-    """The blocks the fetcher announces for the layer (tile by tile, pass by pass)."""
+    """The blocks the fetcher announces for the layer (pass by pass, row block by row block, each row
+    block in every column tile)."""
     out, sb = [], 0
-    for col0 in range(0, desc.cout, plan["nPE"]):
-        w = min(plan["nPE"], desc.cout - col0)
-        for first_group in range(0, plan["BP"], plan["g"]):
-            last = first_group + plan["g"] >= plan["BP"]
-            for bi, t in enumerate(block_rows(plan, "last" if last else "full")):
+    tiles = [(col0, min(plan["nPE"], desc.cout - col0)) for col0 in range(0, desc.cout, plan["nPE"])]
+    for first_group in range(0, plan["BP"], plan["g"]):
+        last = first_group + plan["g"] >= plan["BP"]
+        for bi, t in enumerate(block_rows(plan, "last" if last else "full")):
+            for ti, (col0, w) in enumerate(tiles):
                 out.append({"t": t, "gp": plan["gl"] if last else plan["g"], "col0": col0, "w": w, "sb": sb,
-                            "pass_start": int(bi == 0), "tile_start": int(bi == 0 and first_group == 0)})
+                            "pass_start": int(bi == 0 and ti == 0),
+                            "layer_start": int(bi == 0 and ti == 0 and first_group == 0), "again": int(ti > 0)})
                 sb ^= 1
     return out
 
 
 def expected_writes(desc: LayerDescriptor, plan: dict, blocks: list[dict]) -> list[tuple[int, int, list[int]]]:
     """(address, nwords, words) of every write, from the output tensor's layout."""
-    writes, group0, r0, gp = [], 0, 0, 0
+    writes, group0, r0, gp, prev_t = [], 0, 0, 0, 0
     b, BR, cw = plan["b"], plan["BR"], plan["cw"]
     for blk in blocks:
         if blk["pass_start"]:                    # the pass's groups follow the previous pass's
-            group0 = 0 if blk["tile_start"] else group0 + gp
+            group0 = 0 if blk["layer_start"] else group0 + gp
             r0 = 0
-        gp = blk["gp"]
+        elif not blk["again"]:                   # the next row block (its first tile)
+            r0 += prev_t
+        gp, prev_t = blk["gp"], blk["t"]
         for j in range(blk["t"]):
             for q in range(blk["gp"]):
                 sample, pix = (group0 + q) * BR + (r0 + j) // desc.npix, (r0 + j) % desc.npix
@@ -64,7 +68,6 @@ def expected_writes(desc: LayerDescriptor, plan: dict, blocks: list[dict]) -> li
                     addr = (desc.dst_base + 2 * desc.dst_coff + sample * desc.dst_sample_stride
                             + pix * 2 * desc.out_pitch + 2 * blk["col0"])
                     writes.append((addr, blk["w"], [staged(blk["sb"], j, q * cw + c) for c in range(blk["w"])]))
-        r0 += blk["t"]
     return writes
 
 
@@ -156,7 +159,7 @@ def test_claimed_halves_are_freed_when_drained():
         seen["claimed"] = ctx.get(dut.staging.free)
         ctx.set(dut.block.valid, 1)
         ctx.set(dut.block.payload, {"t": 3, "gp": 1, "col0": 0, "w": 2, "sb": 1, "pass_start": 1,
-                                    "tile_start": 1})
+                                    "layer_start": 1, "again": 0})
         ctx.set(dut.block_done, 1)
         await ctx.tick()
         ctx.set(dut.block_done, 0)
