@@ -594,9 +594,13 @@ class LayerCosts:
         take at least the turn (`stage_turn`), a block's last step's rows, the pipeline and writer's set-up
         (`fill_base` + the adder pipeline, as in `drain`) and its writes. Binds only where a block is a
         step or two of few rows (docs/interpretations.md, "The staging loop")."""
-        t = np.asarray(t)
-        write = t * (np.asarray(groups) - np.asarray(pad)) * tile.out_row
-        return (self.timing.stage_turn + self.timing.fill_base + np.asarray(self.depth) + t + write) / 2
+        return (self.timing.stage_turn + np.asarray(t) + self._written(t, tile, groups, pad)) / 2
+
+    def _written(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, pad: ArrayLike) -> np.ndarray:
+        """Cycles from a block's last row entering the MACs to its last write: the row's trip to staging
+        and the writer's set-up (`fill_base` + the adder pipeline), then the block's writes."""
+        return (self.timing.fill_base + np.asarray(self.depth)
+                + np.asarray(t) * (np.asarray(groups) - np.asarray(pad)) * tile.out_row)
 
     def fetch(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
               pad: ArrayLike = 0.0, rate: bool = False) -> np.ndarray:
@@ -688,9 +692,7 @@ class LayerCosts:
         """After the last row: the pipeline empties and the last block is written out.
         `step`: the last block's step time, of which only its t rows of compute follow
         the last step's data (the model's body counts whole steps); `pad` as in `block`."""
-        fill = self.timing.fill_base + np.asarray(self.depth)
-        t = np.asarray(t)
-        return fill + t * (groups - np.asarray(pad)) * tile.out_row - np.maximum(np.asarray(step) - t, 0)
+        return self._written(t, tile, groups, pad) - np.maximum(np.asarray(step) - np.asarray(t), 0)
 
 
 def plan_cycles(TR: ArrayLike, TC: ArrayLike, b: int, BR: ArrayLike, BP: ArrayLike, packed: ArrayLike,

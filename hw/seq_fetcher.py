@@ -113,8 +113,9 @@ class SeqFetcher(wiring.Component):
         next_w, first_w = Signal.like(w), Signal.like(w)
         more_next, multi = Signal(), Signal()
         rest_next = f["cout"] - (col0 + nPE)
+        w_first, tiles_more = Mux(f["cout"] < nPE, f["cout"], nPE), nPE < f["cout"]   # the first tile's
         m.d.sync += [next_w.eq(Mux(rest_next < nPE, rest_next, nPE)), more_next.eq(col0 + 2 * nPE < f["cout"]),
-                     first_w.eq(Mux(f["cout"] < nPE, f["cout"], nPE)), multi.eq(nPE < f["cout"])]
+                     first_w.eq(w_first), multi.eq(tiles_more)]
         grp_next = Signal(b_bits + 1)
         nsamp = Signal(b_bits + 1)
         nsrc = Signal(ADDR)
@@ -279,7 +280,7 @@ class SeqFetcher(wiring.Component):
                     m.d.sync += [col0.eq(0), grp_next.eq(0), nsamp.eq(0), nsrc.eq(f["src_base"])]
                     m.next = "TILE"
             with m.State("TILE"):         # the layer's first tile
-                m.d.sync += [w.eq(Mux(f["cout"] < nPE, f["cout"], nPE)), tile0.eq(1), more_tiles.eq(nPE < f["cout"])]
+                m.d.sync += [w.eq(w_first), tile0.eq(1), more_tiles.eq(tiles_more)]
                 m.next = "PASS"
             with m.State("PASS"):
                 is_last = BP - grp_next <= g
