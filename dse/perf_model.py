@@ -1106,27 +1106,34 @@ class LayerParts:
         return np.where(self.exists, np.ceil(cycles - 1e-6), np.inf)  # tolerance: float sums in any order
 
 
-def _body(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
+    """(the passes' blocks with their set-ups, the layer's last block: the drain's, priced on the way)."""
     m, costs, timing = setup.mode, setup.mode.costs, setup.mode.costs.timing
 
-    def blocks_cycles(price: BlockPrice, by_g: TileCosts, by_h: TileCosts) -> np.ndarray:
-        """A column tile's blocks, each priced by `price` (block or staging). Every group of a pass streams
-        all the pass's rows (a short group's extra rows are padding, priced evenly over the blocks), so
-        each block costs the same per row."""
-        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray, pad: ArrayLike = 0.0) -> np.ndarray:
+    def blocks_cycles(price: BlockPrice, by_g: TileCosts, by_h: TileCosts) -> tuple[np.ndarray, np.ndarray]:
+        """(a column tile's blocks, each priced by `price` (block or staging), its last block). Every group of
+        a pass streams all the pass's rows (a short group's extra rows are padding, priced evenly over the
+        blocks), so each block costs the same per row."""
+        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray,
+                        pad: ArrayLike = 0.0) -> tuple[np.ndarray, np.ndarray]:
             n, s, big = split
-            return (n - big) * price(s, tile, groups, pad=pad) + big * price(s + 1, tile, groups, pad=pad)
-        return (setup.npass - 1) * pass_cycles(rb.full, by_g, setup.g) + pass_cycles(rb.last, by_h, setup.h, setup.pad)
+            small = price(s, tile, groups, pad=pad)
+            return (n - big) * small + big * price(s + 1, tile, groups, pad=pad), small
+        full, _ = pass_cycles(rb.full, by_g, setup.g)
+        last, last_block = pass_cycles(rb.last, by_h, setup.h, setup.pad)
+        return (setup.npass - 1) * full + last, last_block
 
-    def all_tiles(price: BlockPrice) -> np.ndarray:
-        return (m.nct - 1) * blocks_cycles(price, setup.full_g, setup.full_h) + blocks_cycles(price, setup.last_g,
-                                                                                             setup.last_h)
+    def all_tiles(price: BlockPrice) -> tuple[np.ndarray, np.ndarray]:
+        full, _ = blocks_cycles(price, setup.full_g, setup.full_h)
+        last, last_block = blocks_cycles(price, setup.last_g, setup.last_h)
+        return (m.nct - 1) * full + last, last_block
 
     # passes -> row blocks -> column tiles (hw/seq_fetcher.py): each pass's fetcher set-up (a cycle, one per
     # group) once a layer, before its first block, and the layer's first tile's cycle
     setups = (setup.npass - 1) * (timing.pass_overhead + setup.g) + timing.pass_overhead + setup.h + 1
+    blocks, last_block = all_tiles(costs.block)
     # the fetcher's pace, or the staging loop's where blocks are a step or two of few rows (set-ups hide in it)
-    return np.maximum(all_tiles(costs.block) + setups, all_tiles(costs.staging))
+    return np.maximum(blocks + setups, all_tiles(costs.staging)[0]), last_block
 
 
 def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
@@ -1154,9 +1161,11 @@ def _prologue(setup: LayerSetup, rb: RowBlocks, skew: ArrayLike = 0.0) -> np.nda
     return np.maximum(pro, costs.first_fill(rb.t0_first, groups) + costs.timing.block_overhead)
 
 
-def _drain(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
+def _drain(setup: LayerSetup, rb: RowBlocks, last_block: np.ndarray | None = None) -> np.ndarray:
+    """`last_block`: the layer's last block, where `_body` has priced it."""
     m, s_l = setup.mode, rb.last[1]
-    last_block = m.costs.block(s_l, setup.last_h, setup.h, pad=setup.pad)
+    if last_block is None:
+        last_block = m.costs.block(s_l, setup.last_h, setup.h, pad=setup.pad)
     return m.costs.drain(s_l, setup.last_h, setup.h, last_block / m.costs.n_p, pad=setup.pad)
 
 
@@ -1171,7 +1180,8 @@ def layer_parts(setup: LayerSetup, TR: ArrayLike) -> LayerParts:
     """The parts of a layer's cycles on an engine of TR rows."""
     rb = row_blocks(setup, TR)
     desc = descriptor_reads(setup.mode.costs.bus)
-    return LayerParts(rb.exists, _body(setup, rb), _regroup(setup, rb), _prologue(setup, rb), _drain(setup, rb),
+    body, last_block = _body(setup, rb)
+    return LayerParts(rb.exists, body, _regroup(setup, rb), _prologue(setup, rb), _drain(setup, rb, last_block),
                       _plan(setup, rb.TR, rb), np.asarray(desc))
 
 

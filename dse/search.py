@@ -49,7 +49,7 @@ SEED_PAIRS = 32    # largest arrays scored first, whose best score prunes the pa
 SEED_TR_SHARE = 3  # a buffer space's seeds take a third of their largest TR: two thirds of the BRAM left to
                    # the buffer, where the buffered layers fit (at the largest TR they do not)
 BOUND_SLACK = 1e-9   # relative rounding a bound may fall below a score it bounds (`reach`)
-ROUND_RANGES = 64   # ranges a round of branch and bound prices at least, when ranges are cut (`split_ranges`)
+ROUND_RANGES = 32   # ranges a round of branch and bound prices at least, when ranges are cut (`split_ranges`)
 PARALLEL_DESIGNS = 10_000_000   # searches this large run their spaces in forked workers
 
 ProgressFn = Callable[[int, int], None]
@@ -254,10 +254,14 @@ def buffered_modes(TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, k_codes:
 
 
 def choice_setup(modes: dict, shapes: LayerShapes, b: int, ch: Choice, banks: int,
-                 BR: np.ndarray | None = None) -> LayerSetup:
+                 BR: np.ndarray | None = None, like: LayerSetup | None = None) -> LayerSetup:
     """A choice's groups and passes on an engine of `banks` input banks; a serial choice is one sample
     (its cycles count b times). `modes`: by `Choice.mode_key`. `BR`: several splits of the choice's kind
-    at once (`split_stacks`)."""
+    at once (`split_stacks`). `like`: the setup of the same choice from DDR (or buffered with another
+    fill), whose groups, passes and column tiles this one shares: none depends on where a layer's input
+    is read from, so only the mode is replaced (a setup's tiles are most of its price)."""
+    if like is not None:
+        return replace(like, mode=modes[ch.mode_key])
     split = ch.BR if BR is None else BR
     return layer_setup(modes[ch.mode_key], shapes.R, shapes.G, 1 if ch.serial else b, 1 if ch.serial else split,
                        banks)
@@ -298,31 +302,22 @@ def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.nda
 def buffered_low(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, shapes: LayerShapes,
                  fill: FillShape, most: np.ndarray, reprice: Callable[[FillShape], LayerSetup]) -> np.ndarray:
     """A lower bound on a buffered choice's cycles at every TR in [lo, hi] (docs/interpretations.md,
-    "The DSE's buffered bound"). The TRs at which its blocks may fit are a prefix of the range (blocks
-    grow with TR, the room shrinks: `most`, the room at lo, bounds it), found by binary search on the
-    blocks alone; past it the choice does not exist (inf). On the prefix, the choice repriced
-    (`reprice`) with a fill linear in a block's rows and below the layer's own on the blocks it holds
-    (`FillShape.linear`), so that a block's cost stays convex in its rows and `layer_cycles_low` holds."""
+    "The DSE's buffered bound"). Its blocks grow with TR and the room shrinks, so where they do not fit
+    at lo in `most` words (the room at lo, the most there is on the range) the choice exists nowhere on
+    the range (inf). Elsewhere, the choice repriced (`reprice`) with a fill linear in a block's rows and
+    below the layer's own on every block the range holds (`FillShape.linear`), so that a block's cost stays
+    convex in its rows and `layer_cycles_low` holds on the whole range: where the blocks stop fitting
+    inside the range, the bound is that of a range that runs buffered to hi, which is lower still."""
     shape = np.broadcast(setup.g, lo, setup.R).shape
-
-    def fits(TR: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(block_words(fill, setup, row_blocks(setup, TR), TP) <= most, shape)
-    at_lo, at_hi = fits(lo), fits(hi)     # most ranges are settled at their ends
-    fit = np.where(at_hi, hi, lo - 1) + np.zeros(shape, dtype=np.int64)
-    miss = np.where(at_hi, hi + 1, np.where(at_lo, hi, lo)) + np.zeros(shape, dtype=np.int64)
-    fit = np.where(at_lo & ~at_hi, lo, fit)
+    rb_lo = row_blocks(setup, lo)
+    at_lo = np.broadcast_to(block_words(fill, setup, rb_lo, TP) <= most, shape)
     if not at_lo.any():
         return np.full(shape, np.inf)
-    while (open_ := miss - fit > 1).any():
-        mid = (fit + miss) // 2
-        ok = fits(mid)
-        fit, miss = np.where(open_ & ok, mid, fit), np.where(open_ & ~ok, mid, miss)
-    top = np.maximum(fit, lo)
-    rb_lo, rb_hi = row_blocks(setup, lo), row_blocks(setup, top)
+    rb_hi = row_blocks(setup, hi)
     t_lo = np.maximum(np.minimum(rb_lo.full[1], rb_lo.last[1]), 1)     # the smallest block (balanced blocks: s, s + 1)
     t_hi = np.maximum(np.maximum(rb_hi.t0_full, rb_hi.t0_last), t_lo)
-    low = layer_cycles_low(reprice(fill.linear(t_lo, t_hi)), lo, top)
-    return np.where(fit >= lo, low, np.inf)
+    low = layer_cycles_low(reprice(fill.linear(t_lo, t_hi)), lo, hi)
+    return np.where(at_lo, low, np.inf)
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
@@ -407,27 +402,33 @@ class Scorer:
         if np.isfinite(threshold):
             bound += float(weights.sum()) * peak
             live = live[bound >= threshold]
+        ks = k_codes(opts.given_stackable())
+        priced = None     # the live ranges the modes below are of (they depend on neither b nor TR)
         for b, w in enumerate(weights, start=1):
             if w == 0 or live.size == 0:
                 continue
             col = (lo[live, None], hi[live, None])
             tp, tc = TP[live, None], TC[live, None]
-            ks = k_codes(opts.given_stackable())
-            modes: dict = modes_of(tp, tc, self.shapes, ks, self.bus, opts.timing)
-            if buffer:
-                modes |= buffered_modes(tp, tc, self.shapes, ks, self.bus, opts.timing)
-                fill = self.shapes.fills(tp, tc)
-                depth, most = room_hi[live], room_lo[live]
+            if priced is None or priced.size != live.size:
+                priced = live
+                modes: dict = modes_of(tp, tc, self.shapes, ks, self.bus, opts.timing)
+                if buffer:
+                    modes |= buffered_modes(tp, tc, self.shapes, ks, self.bus, opts.timing)
+                    fill = self.shapes.fills(tp, tc)
+                    depth, most = room_hi[live], room_lo[live]
             best_hi = best_lo = None
+            from_ddr: dict[tuple, LayerSetup] = {}   # each choice's setup from DDR, shared by its buffered twin
             for ch, BR in split_stacks(choices(opts.batching, b, opts.given_stackable(), buffer)):
-                setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR)
+                twin = (replace(ch, buffered=False), None if BR is None else BR.tobytes())
+                setup = choice_setup(modes, self.shapes, b, ch, self.banks, BR, like=from_ddr.get(twin))
+                from_ddr.setdefault(twin, setup)
                 if exact:
                     cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0] if ch.buffered
                            else layer_parts(setup, col[1]).cycles(setup),) * 2
                 elif ch.buffered:
-                    def reprice(f: FillShape, ch: Choice = ch, BR: np.ndarray | None = BR) -> LayerSetup:
+                    def reprice(f: FillShape, ch: Choice = ch, like: LayerSetup = setup) -> LayerSetup:
                         return choice_setup(buffered_modes(tp, tc, self.shapes, (ch.k_code,), self.bus, opts.timing,
-                                                           f), self.shapes, b, ch, self.banks, BR)
+                                                           f), self.shapes, b, ch, self.banks, like=like)
                     cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0],
                            buffered_low(setup, *col, tp, self.shapes, fill, most, reprice))
                 else:

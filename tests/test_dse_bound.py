@@ -119,3 +119,42 @@ def test_splits_priced_side_by_side_equal_each_priced_alone():
                 for s, a in zip(both, alone):
                     np.testing.assert_array_equal(np.broadcast_to(s, (b, *a.shape))[i], a)
     assert [BR for _, BR in split_stacks(choices("r", 4, True))] == [None, None, None]
+
+
+def test_a_buffered_choice_shares_its_ddr_twins_groups_passes_and_tiles():
+    """`choice_setup(like=)`: the search prices a buffered choice (and its bound's repriced fill) on the
+    setup of the same choice from DDR with only the mode replaced, which holds only while a layer's
+    groups, passes and column tiles do not depend on where its input is read from."""
+    from dataclasses import fields, replace
+
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.perf_model import TileCosts
+    from fluidnpu.dse.search import (LayerShapes, buffered_modes, choice_setup, choices, modes_of, split_stacks,
+                                     unique_layers)
+    from fluidnpu.zoo import zoo_model
+
+    reps, _ = unique_layers(zoo_model("inceptionv3").layers())
+    shapes = LayerShapes.of(reps)
+    TP, TC = np.array([[3], [14], [48]]), np.array([[40], [64], [36]])
+    TR = np.array([[77], [391], [577]])
+    board = load_board("zcu104")
+    for ports, banks, b in ((1, 2, 3), (4, 8, 8), (3, 2, 5)):
+        bus = board.bus(board.clock_mhz, ports)
+        ks = (0, 1, 2)
+        modes = modes_of(TP, TC, shapes, ks, bus, DEFAULT_TIMING) | buffered_modes(TP, TC, shapes, ks, bus,
+                                                                                   DEFAULT_TIMING)
+        for ch, BR in split_stacks(choices("fluid", b, True, True)):
+            if not ch.buffered:
+                continue
+            fresh = choice_setup(modes, shapes, b, ch, banks, BR)
+            shared = choice_setup(modes, shapes, b, ch, banks, BR,
+                                  like=choice_setup(modes, shapes, b, replace(ch, buffered=False), banks, BR))
+            assert shared.mode is fresh.mode
+            for f in fields(fresh):
+                a, s = getattr(fresh, f.name), getattr(shared, f.name)
+                if isinstance(a, TileCosts):
+                    for g in fields(a):
+                        np.testing.assert_array_equal(getattr(a, g.name), getattr(s, g.name))
+                elif f.name != "mode":
+                    np.testing.assert_array_equal(a, s)
+            np.testing.assert_array_equal(layer_parts(shared, TR).cycles(shared), layer_parts(fresh, TR).cycles(fresh))
