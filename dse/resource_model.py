@@ -66,14 +66,15 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 3257.0
-    ff_base: float = 2940.0
-    lut_per_dma_word: float = 90.2       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
-    ff_per_dma_word: float = 55.5
-    lut_per_port_word: float = 53.2      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
-    ff_per_port_word: float = 26.6
-    lut_per_bank: float = 245.0          # per input bank (NB): group placement and rotation state
-    ff_per_bank: float = 245.0
+    lut_base: float = 3487.0
+    ff_base: float = 2946.0
+    lut_per_dma_word: float = 74.9       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    ff_per_dma_word: float = 55.3
+    lut_per_port_word: float = 66.5      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    ff_per_port_word: float = 26.9
+    lut_per_bank: float = 404.0          # per input bank (NB): group placement and rotation state, the writer's
+                                         # second set of output cursors a group (a row block's later tiles)
+    ff_per_bank: float = 338.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
     lut_per_axi_port: float = 789.0      # burst planning, address queues, outstanding counters, one-beat shifters
     ff_per_axi_port: float = 411.0
