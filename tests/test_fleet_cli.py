@@ -213,3 +213,23 @@ def test_bundle_on_another_design_is_what_the_planner_priced():
     assert (b.design, b.clock_mhz, b.bmax, b.board.name) == (r50.design, r50.clock_mhz, r50.bmax, "zc706")
     for got, want in zip(b.latency_table(), npu_segment_seconds(r50, digits), strict=True):
         assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_a_design_not_built_yet_is_looked_for_beside_the_fleet_file(tmp_path, monkeypatch):
+    """A relative design path is the fleet file's even before the bundle exists (benchmarks build the
+    example's bundles there); the working folder's file is taken only where the fleet file's is missing."""
+    from fluidnpu.scheduler_fw.fleet.inputs import load_fleet_file
+
+    (tmp_path / "examples" / "fleet").mkdir(parents=True)
+    fleet = tmp_path / "examples" / "fleet" / "fleet.json"
+    fleet.write_text(json.dumps({"devices": [{"name": "a", "design": "../../build/a.json", "count": 1},
+                                             {"name": "b", "design": "b.json", "count": 1}]}))
+    elsewhere = tmp_path / "run"
+    elsewhere.mkdir()
+    (elsewhere / "b.json").write_text("{}")
+    monkeypatch.chdir(elsewhere)
+    a, b = load_fleet_file(fleet)
+    assert a["design"] == str(tmp_path / "examples" / "fleet" / "../../build/a.json")
+    assert b["design"] == "b.json"                 # only the working folder has it
+    (tmp_path / "examples" / "fleet" / "b.json").write_text("{}")
+    assert load_fleet_file(fleet)[1]["design"] == str(tmp_path / "examples" / "fleet" / "b.json")

@@ -53,8 +53,12 @@ def _read_json(path: str | Path, what: str) -> Any:
 
 
 def _near(base: Path, name: str) -> str:
+    """A path the file at `base` names: relative to that file's folder, as docs/fleet.md says, also where
+    nothing is there yet (a design the caller builds there); relative to the working folder only where
+    only that one exists (a file named from where the command runs)."""
     p = Path(name)
-    return str(p if p.is_absolute() or not (base / p).exists() else base / p)
+    near = base / p
+    return str(p if p.is_absolute() or (not near.exists() and p.exists()) else near)
 
 
 def load_sessions(path: str | Path) -> list[Session]:
