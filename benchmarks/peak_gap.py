@@ -38,8 +38,9 @@ is faster, at the layer's own <BR, k>: the share of the board peak, the layers, 
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
-command stream, walkers of two commands a cycle each, and one command per input row) and reports
-each pick's share of the board peak at every b.
+command stream, walkers of two commands a cycle each, and one command per input row), and for each
+lowering of `WORKLOAD_WHAT_IFS` (the first layer fed space-to-depth), and reports each pick's share of
+the board peak at every b.
 
     .venv/bin/python benchmarks/peak_gap.py --out docs/figures     # peak_gap.json and peak_gap.png
 """
@@ -50,7 +51,7 @@ import argparse
 from dataclasses import replace
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from unittest import mock
 
 import numpy as np
@@ -61,6 +62,7 @@ from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
 from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
                                  explore, k_codes, modes_of)
 from fluidnpu.hw.regmap import fill_regions
+from fluidnpu.workload import Layer, Workload
 from fluidnpu.zoo import zoo_model
 
 PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
@@ -240,9 +242,38 @@ WHAT_IFS: dict[str, dict[str, Any]] = {
 """Control units the re-picked what-ifs price: `Bus` fields over the RTL's (dse/perf_model.py)."""
 
 
-def repicked(model: str, board_name: str, bus_fields: dict[str, Any], bmax: int = 8) -> dict[str, Any]:
+def space_to_depth(layer: Layer) -> Layer:
+    """A stride-2 convolution as the stride-1 one a host could feed instead (space-to-depth, as TPUs take
+    ResNet-50's first layer): the input padded (to even) and each 2 x 2 block of pixels made one pixel of
+    four times the channels, the kernel zero-padded to even and folded alike, no padding left. The same
+    outputs (tests/test_peak_gap.py checks it numerically); a kernel row is ceil(kw / 2) pixels of 4 cin
+    words, so a step reads fewer, longer runs. More MACs (the kernel's zero padding), the same useful ones."""
+    (ih, iw), (kh, kw), (pt, pl, pb, pr) = layer.in_hw, layer.kernel, layer.pads
+    if layer.kind != "conv" or layer.stride != (2, 2) or layer.dilation != (1, 1) or layer.groups != 1:
+        raise ValueError(f"{layer.name}: space-to-depth folds a stride-2, undilated, ungrouped convolution")
+    folded = Layer.conv(layer.name, 4 * layer.in_ch, layer.out_ch, (-(-(ih + pt + pb) // 2), -(-(iw + pl + pr) // 2)),
+                        (-(-kh // 2), -(-kw // 2)))
+    if folded.out_hw != layer.out_hw:
+        raise ValueError(f"{layer.name}: folded output {folded.out_hw} is not {layer.out_hw}")
+    return folded
+
+
+def first_layer_space_to_depth(workload: Workload) -> Workload:
+    """The workload with its first layer fed space-to-depth (`space_to_depth`)."""
+    return replace(workload, backbone=(space_to_depth(workload.backbone[0]),) + workload.backbone[1:])
+
+
+WORKLOAD_WHAT_IFS: dict[str, Callable[[Workload], Workload]] = {
+    "the RTL, the first layer fed space-to-depth by the host": first_layer_space_to_depth,
+}
+"""Workloads the re-picked what-ifs price on the RTL's control unit: the same network lowered otherwise."""
+
+
+def repicked(model: str, board_name: str, bus_fields: dict[str, Any], bmax: int = 8,
+             lowered: Callable[[Workload], Workload] | None = None) -> dict[str, Any]:
     """The DSE's pick and its share of the board peak at b = 1..bmax if the control unit were the one
-    `bus_fields` describes (every bus the search prices gets those `Bus` fields)."""
+    `bus_fields` describes (every bus the search prices gets those `Bus` fields), or the network were
+    `lowered` (its shares count the network's own MACs, not the lowered one's)."""
     board = load_board(board_name)
     cls = type(board)
     rtl_bus = cls.bus
@@ -250,12 +281,15 @@ def repicked(model: str, board_name: str, bus_fields: dict[str, Any], bmax: int 
     def bus(self: Any, clock_mhz: float | None = None, ports: int | None = None) -> Bus:
         return replace(rtl_bus(self, clock_mhz, ports), **bus_fields)
 
+    workload = zoo_model(model)
+    run = lowered(workload) if lowered else workload
     with mock.patch.object(cls, "bus", bus):
-        r = explore(zoo_model(model), board, DSEOptions(bmax=bmax))
+        r = explore(run, board, DSEOptions(bmax=bmax))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
+    useful = workload.total_macs / run.total_macs
     return {"model": model, "board": board_name, "bus": bus_fields, "design": [r.TR, r.TP, r.TC],
             "NB": r.NB, "ports": r.ports, "stackable": r.options.given_stackable(),
-            "board_peak_share": [g / board_peak for g in r.gops]}
+            "board_peak_share": [g * useful / board_peak for g in r.gops]}
 
 
 def main() -> None:
@@ -267,6 +301,8 @@ def main() -> None:
     out = [gap(args.model, name) for name in args.boards.split(",")]
     what_if = [dict(repicked(args.model, name, fields), what_if=label)
                for label, fields in WHAT_IFS.items() for name in args.boards.split(",")]
+    what_if += [dict(repicked(args.model, name, {}, lowered=fn), what_if=label)
+                for label, fn in WORKLOAD_WHAT_IFS.items() for name in args.boards.split(",")]
     print("| pick | b | share of board peak | " + " | ".join(PARTS[1:]) + " | share of board peak without "
           "bandwidth / commands / edges / prologue + drain |")
     print("|---" * (len(PARTS) + 3) + "|")

@@ -89,3 +89,42 @@ def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
     built = lb["as_built"]
     assert row["board_peak_share"] < built["board_peak_share"] < lb["board_peak_share_without"]
     assert built["layers"] > 0 and 0 < built["ram36"] <= lb["free_ram36"]
+
+
+def _conv(x: np.ndarray, w: np.ndarray, stride: int, pads: tuple[int, int, int, int]) -> np.ndarray:
+    """Reference convolution of an (H, W, Cin) input with (kh, kw, Cin, Cout) weights."""
+    pt, pl, pb, pr = pads
+    x = np.pad(x, ((pt, pb), (pl, pr), (0, 0)))
+    kh, kw = w.shape[:2]
+    oh, ow = (x.shape[0] - kh) // stride + 1, (x.shape[1] - kw) // stride + 1
+    out = np.zeros((oh, ow, w.shape[3]), dtype=np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            window = x[i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            out += np.einsum("hwc,cd->hwd", window, w[i, j])
+    return out
+
+
+def test_a_stride_2_convolution_fed_space_to_depth_computes_the_same_outputs():
+    """The what-if's lowering (`space_to_depth`): the padded input folded 2 x 2 into channels, the kernel
+    zero-padded to even and folded alike, convolved at stride 1 without padding, gives the stride-2
+    convolution's outputs exactly, on the shapes the folded Layer states (ResNet-50's conv1 among them)."""
+    pg = _peak_gap()
+    rng = np.random.default_rng(0)
+    for cin, cout, hw, k, pad in ((3, 5, (12, 10), 7, 3), (2, 3, (9, 9), 3, 1), (3, 4, (224, 224), 7, 3)):
+        layer = Layer.conv("c", cin, cout, hw, k, stride=2, padding=pad)
+        folded = pg.space_to_depth(layer)
+        x = rng.integers(-128, 128, (*hw, cin))
+        w = rng.integers(-128, 128, (k, k, cin, cout))
+        want = _conv(x, w, 2, layer.pads)
+        H, W = 2 * folded.in_hw[0], 2 * folded.in_hw[1]
+        xp = np.pad(x, ((pad, H - hw[0] - pad), (pad, W - hw[1] - pad), (0, 0)))
+        xs = xp.reshape(H // 2, 2, W // 2, 2, cin).transpose(0, 2, 1, 3, 4).reshape(H // 2, W // 2, 4 * cin)
+        kk = 2 * folded.kernel[0]
+        wp = np.pad(w, ((0, kk - k), (0, kk - k), (0, 0), (0, 0)))
+        ws = wp.reshape(kk // 2, 2, kk // 2, 2, cin, cout).transpose(0, 2, 1, 3, 4, 5).reshape(kk // 2, kk // 2,
+                                                                                             4 * cin, cout)
+        got = _conv(xs, ws, 1, (0, 0, 0, 0))
+        assert got.shape == (*folded.out_hw, cout) and folded.in_ch == 4 * cin
+        np.testing.assert_array_equal(got, want)
+        assert folded.R == layer.R and folded.C == layer.C and folded.P == 4 * cin * folded.kernel[0] ** 2
