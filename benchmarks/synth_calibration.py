@@ -364,10 +364,10 @@ def leave_one_out(cfgs: list[Config], ys: dict[Config, dict[str, Any]],
 PICK_SCHEME = "FluidB pick (PEs searched)"   # benchmarks/dse_report.py's name for the DSE's own picks
 
 
-def dse_picks(path: Path) -> list[tuple[str, Config, int, int, bool]]:
+def dse_picks(path: Path) -> list[tuple[str, Config, int, int, bool, int]]:
     """The DSE's picks with exits (docs/figures/dse_designs.json, Bmax = 8, the PE kind searched) with
-    their bank count NB, AXI port count P and PE kind: what the model says at the sizes the DSE
-    chooses, far outside the synthesized range."""
+    their bank count NB, AXI port count P, PE kind and block input buffer (words a half; 0: none): what
+    the model says at the sizes the DSE chooses, far outside the synthesized range."""
     from fluidnpu.zoo import zoo_model
 
     if not path.exists():
@@ -378,14 +378,16 @@ def dse_picks(path: Path) -> list[tuple[str, Config, int, int, bool]]:
             layers = len(zoo_model(d["model"]).layers())
             fam = "xcup" if d["board"] == "zcu104" else "xc7"
             picks.append((f"{d['model']} {d['board']}", Config(d["TR"], d["TP"], d["TC"], 8, layers, fam),
-                          int(d["NB"]), int(d["ports"]), bool(d["stackable"])))
+                          int(d["NB"]), int(d["ports"]), bool(d["stackable"]), int(d.get("input_buffer") or 0)))
     return picks
 
 
-def pick_one(cfg: Config, banks: int, ports: int, stackable: bool) -> dict[str, Any]:
-    """The DSE's own figures for a pick at its NB, P and PE kind (`design_resources`), with the engine's share."""
+def pick_one(cfg: Config, banks: int, ports: int, stackable: bool, input_buffer: int = 0) -> dict[str, Any]:
+    """The DSE's own figures for a pick at its NB, P, PE kind and block input buffer (`design_resources`),
+    with the engine's share."""
     board = load_board(cfg.board)
-    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable, banks=banks, ports=ports)
+    res = design_resources(cfg.TR, cfg.TP, cfg.TC, board, cfg.bmax, cfg.layers, stackable, banks=banks, ports=ports,
+                           input_buffer=input_buffer)
     eng = dict(zip(("lut", "ff"), map(float, engine_logic(cfg.TP, cfg.TC, cfg.bmax, stackable, banks=banks))))
     return {"lut": res.lut, "ff": res.ff, "bram36": res.bram36, "uram": res.uram, "parts": {"engine": eng},
             "rtl_org_bram36": res.bram36, "rtl_org_uram": res.uram}
@@ -580,9 +582,10 @@ def main() -> None:
                                              "max_abs_rel": float(np.max(np.abs(e))), "mean_rel": float(np.mean(e)),
                                              "n": len(e)}
     picks = []
-    for what, c, nb, ports, st in dse_picks(Path("docs/figures/dse_designs.json")):
-        board, mo = load_board(c.board), pick_one(c, nb, ports, st)
-        picks.append({"design": what, "config": f"{c.label} NB {nb} P {ports} {'Stackable' if st else 'plain'}", "lut": mo["lut"], "ff": mo["ff"],
+    for what, c, nb, ports, st, words in dse_picks(Path("docs/figures/dse_designs.json")):
+        board, mo = load_board(c.board), pick_one(c, nb, ports, st, words)
+        picks.append({"design": what, "config": f"{c.label} NB {nb} P {ports} {'Stackable' if st else 'plain'}"
+                      + (f" buffer {words:,}" if words else ""), "lut": mo["lut"], "ff": mo["ff"],
                       "lut_util": mo["lut"] / board.lut, "ff_util": mo["ff"] / board.ff,
                       "parts": mo["parts"], "bram36": mo["bram36"], "uram": mo["uram"],
                       "rtl_org_bram36": mo["rtl_org_bram36"], "rtl_org_uram": mo["rtl_org_uram"]})
