@@ -39,7 +39,7 @@ is faster, at the layer's own <BR, k>: the share of the board peak, the layers, 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
 run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
 command stream, walkers of two commands a cycle each, and one command per input row), and for each
-lowering of `WORKLOAD_WHAT_IFS` (the first layer fed space-to-depth), and reports each pick's share of
+lowering of `WORKLOAD_WHAT_IFS` (the stem not folded: what the fold buys), and reports each pick's share of
 the board peak at every b.
 
     .venv/bin/python benchmarks/peak_gap.py --out docs/figures     # peak_gap.json and peak_gap.png
@@ -62,7 +62,7 @@ from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
 from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
                                  explore, k_codes, modes_of)
 from fluidnpu.hw.regmap import fill_regions
-from fluidnpu.workload import Layer, Workload
+from fluidnpu.workload import Workload
 from fluidnpu.zoo import zoo_model
 
 PARTS = ("ideal", "edges", "commands", "bandwidth", "prologue", "drain", "regroup", "control")
@@ -242,29 +242,15 @@ WHAT_IFS: dict[str, dict[str, Any]] = {
 """Control units the re-picked what-ifs price: `Bus` fields over the RTL's (dse/perf_model.py)."""
 
 
-def space_to_depth(layer: Layer) -> Layer:
-    """A stride-2 convolution as the stride-1 one a host could feed instead (space-to-depth, as TPUs take
-    ResNet-50's first layer): the input padded (to even) and each 2 x 2 block of pixels made one pixel of
-    four times the channels, the kernel zero-padded to even and folded alike, no padding left. The same
-    outputs (tests/test_peak_gap.py checks it numerically); a kernel row is ceil(kw / 2) pixels of 4 cin
-    words, so a step reads fewer, longer runs. More MACs (the kernel's zero padding), the same useful ones."""
-    (ih, iw), (kh, kw), (pt, pl, pb, pr) = layer.in_hw, layer.kernel, layer.pads
-    if layer.kind != "conv" or layer.stride != (2, 2) or layer.dilation != (1, 1) or layer.groups != 1:
-        raise ValueError(f"{layer.name}: space-to-depth folds a stride-2, undilated, ungrouped convolution")
-    folded = Layer.conv(layer.name, 4 * layer.in_ch, layer.out_ch, (-(-(ih + pt + pb) // 2), -(-(iw + pl + pr) // 2)),
-                        (-(-kh // 2), -(-kw // 2)))
-    if folded.out_hw != layer.out_hw:
-        raise ValueError(f"{layer.name}: folded output {folded.out_hw} is not {layer.out_hw}")
-    return folded
-
-
-def first_layer_space_to_depth(workload: Workload) -> Workload:
-    """The workload with its first layer fed space-to-depth (`space_to_depth`)."""
-    return replace(workload, backbone=(space_to_depth(workload.backbone[0]),) + workload.backbone[1:])
+def plain_stem(workload: Workload) -> Workload:
+    """The workload with its first layer as the network defines it, not folded (fluidnpu/lowering.py)."""
+    if workload.stem is None:
+        return workload
+    return replace(workload, backbone=(workload.stem,) + workload.backbone[1:], stem=None)
 
 
 WORKLOAD_WHAT_IFS: dict[str, Callable[[Workload], Workload]] = {
-    "the RTL, the first layer fed space-to-depth by the host": first_layer_space_to_depth,
+    "the RTL, the stem not folded (as until wave 3o)": plain_stem,
 }
 """Workloads the re-picked what-ifs price on the RTL's control unit: the same network lowered otherwise."""
 

@@ -312,7 +312,17 @@ def design_summary(bundle: Bundle) -> dict[str, Any]:
         "segment_latency_ms": [[s * 1e3 for s in row] for row in bundle.latency_table()],
         "exits": [{"name": e.name, "position": e.position, "rate": e.rate} for e in bundle.workload.exits],
         "timing_proxy": d.get("timing_proxy"),
+        "stem": stem_summary(bundle.workload),
     }
+
+
+def stem_summary(workload: Any) -> dict[str, Any] | None:
+    """How the first layer is fed where it is folded (fluidnpu/lowering.py): the network's layer and the NPU's."""
+    if workload.stem is None:
+        return None
+    s, f = workload.stem, workload.backbone[0]
+    return {"layer": s.name, "network": {"kernel": list(s.kernel), "stride": list(s.stride), "in_ch": s.in_ch},
+            "npu": {"kernel": list(f.kernel), "stride": list(f.stride), "in_ch": f.in_ch, "in_hw": list(f.in_hw)}}
 
 
 def load_bundle(path: str | Path) -> Bundle:

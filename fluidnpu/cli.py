@@ -121,6 +121,8 @@ def _buffer_words(bundle) -> str:
 
 
 def print_summary(bundle) -> None:
+    from fluidnpu.bundle import stem_summary
+
     d = bundle.data
     TR, TP, TC = bundle.design
     util = d.get("utilisation", {})
@@ -135,6 +137,12 @@ def print_summary(bundle) -> None:
         out.print(f"best of {d['dse']['designs_evaluated']} designs in {d['dse']['seconds']:.2f} s: "
                   f"[bold green]<TR, TP, TC> = <{TR}, {TP}, {TC}>[/], {bundle.banks} input banks, "
                   f"{bundle.ports} AXI ports{_buffer_words(bundle)}")
+    stem = stem_summary(bundle.workload)
+    if stem:
+        n, f = stem["network"], stem["npu"]
+        out.print(f"stem {stem['layer']} folded by the host: {'x'.join(map(str, n['kernel']))} stride "
+                  f"{n['stride'][0]} over {n['in_ch']} channels runs as {'x'.join(map(str, f['kernel']))} over "
+                  f"{f['in_ch']} (docs/interpretations.md)")
     rt = Table(title="resources")
     for col in ("", "DSP", "BRAM36", "URAM", "LUT", "FF"):
         rt.add_column(col, justify="right")

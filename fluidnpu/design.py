@@ -14,13 +14,15 @@ from fluidnpu.errors import FluidError
 
 
 def load_model(model: str, exits: tuple[str, ...] = (), exit_rates: tuple[float, ...] | None = None) -> Any:
-    """A zoo model by name, or an ONNX file by path."""
+    """A zoo model by name, or an ONNX file by path; its stem folded where it folds (fluidnpu/lowering.py), as
+    the NPU runs it."""
     from fluidnpu.zoo import zoo_model
 
     if model.lower().endswith(".onnx"):
+        from fluidnpu.lowering import fold_stem
         from fluidnpu.onnx_import import load_onnx
 
-        return load_onnx(model, exits=exits, exit_rates=exit_rates)
+        return fold_stem(load_onnx(model, exits=exits, exit_rates=exit_rates))
     if exits or exit_rates:
         raise FluidError("--exits/--exit-rates apply to ONNX models; zoo models carry their own exits")
     return zoo_model(model)

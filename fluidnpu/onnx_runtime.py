@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fluidnpu.errors import FluidError
+from fluidnpu.lowering import fold_network
 from fluidnpu.quantize import FloatLayer, FloatNetwork, layer_sources
 
 _SKIP = ("Flatten", "Reshape", "Identity", "Dropout")
@@ -33,7 +34,8 @@ _SKIP = ("Flatten", "Reshape", "Identity", "Dropout")
 
 def load_onnx_network(path: str | os.PathLike, exits: Sequence[str] = (),
                       exit_rates: Sequence[float] | None = None) -> FloatNetwork:
-    """The ONNX model at `path` as a float network (exits named as for `fluidnpu dse --exits`)."""
+    """The ONNX model at `path` as a float network (exits named as for `fluidnpu dse --exits`), its stem folded
+    where it folds (fluidnpu/lowering.py), as `fluidnpu.design.load_model` lowers its workload."""
     from fluidnpu.onnx_import import GEMM_OPS, _require_onnx, _unique, load_onnx
 
     label = os.fspath(path)
@@ -144,7 +146,7 @@ def load_onnx_network(path: str | os.PathLike, exits: Sequence[str] = (),
     if len(shape) != 3:
         raise fail(f"the runtime needs an image input [N, C, H, W], got {list(shape)}")
     c, h, w_ = shape
-    return FloatNetwork(wl, tuple(layers), (h, w_, c))
+    return fold_network(FloatNetwork(wl, tuple(layers), (h, w_, c)))
 
 
 def _shape(model: Any, name: str) -> tuple[int, ...] | None:

@@ -49,16 +49,23 @@ ACC_LIMIT = 1 << 31
 
 
 # ---------------------------------------------------------------- host operations between NPU layers
-HOST_OPS = ("gap",)
+HOST_OPS = ("gap", "fold_rows")
 
 
-def host_op(op: str | None, x: np.ndarray) -> np.ndarray:
+def host_op(op: str | None, x: np.ndarray, stem: Layer | None = None) -> np.ndarray:
     """A host operation on a batch (n, h, w, c): float, or int16 (exact, round half up, same format).
 
     "gap": global average pooling to (n, 1, 1, c).
+    "fold_rows": the network input folded for the first layer, `stem` (fluidnpu/lowering.py).
     """
     if op is None:
         return x
+    if op == "fold_rows":
+        from fluidnpu.lowering import fold_input
+
+        if stem is None:
+            raise FluidError("fold_rows: the workload has no folded stem")
+        return fold_input(stem, x)
     if op == "gap":
         if x.dtype == np.int16:
             n = x.shape[1] * x.shape[2]
@@ -159,7 +166,7 @@ class FloatNetwork:
         x = np.asarray(x, dtype=np.float64)
         outs: list[np.ndarray] = []
         for i, (fl, src) in enumerate(zip(self.layers, self.sources)):
-            inp = host_op(fl.pre, x if src < 0 else outs[src])
+            inp = host_op(fl.pre, x if src < 0 else outs[src], self.workload.stem)
             g = geometry(fl.layer, i)
             xin = _as_input(inp, g, fl.layer.name)
             cols = im2col(xin, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.out_h, g.out_w)
@@ -289,7 +296,7 @@ class QuantizedNetwork:
         """Every layer's int16 output for int16 inputs, exactly as the NPU computes them."""
         outs: list[np.ndarray] = []
         for q in self.layers:
-            inp = host_op(q.pre, xq if q.source < 0 else outs[q.source])
+            inp = host_op(q.pre, xq if q.source < 0 else outs[q.source], self.workload.stem)
             outs.append(layer_reference(_as_input(inp, q.geometry, q.name), q.geometry, q.weights, q.bias))
         return outs, count_saturation(self, xq, outs)
 
@@ -347,7 +354,7 @@ def quantize(net: FloatNetwork, calibration: np.ndarray, headroom: float = 1.0, 
         name = fl.layer.name
         src = sources[i]
         f_in = f_in0 if src < 0 else fracs[src]
-        x_in = host_op(fl.pre, xq if src < 0 else qouts[src])
+        x_in = host_op(fl.pre, xq if src < 0 else qouts[src], net.workload.stem)
         max_w = float(np.max(np.abs(fl.weight))) if fl.weight.size else 0.0
         if weight_frac_bits is None:
             f_w = frac_bits_for(max_w)

@@ -179,6 +179,7 @@ class Workload:
     exits: tuple[Exit, ...]
     input_shape: tuple[int, ...] = field(default=())
     source: str = ""
+    stem: Layer | None = None       # the network's own first layer where backbone[0] is it folded (fluidnpu/lowering.py)
 
     def __post_init__(self) -> None:
         if not self.backbone:
@@ -227,7 +228,7 @@ class Workload:
     def without_exits(self) -> "Workload":
         """The backbone alone (every sample runs to the end), as the paper's NPU ablation uses."""
         return Workload(f"{self.name} backbone", self.backbone,
-                        (Exit("final", len(self.backbone) - 1, (), 1.0),), self.input_shape, self.source)
+                        (Exit("final", len(self.backbone) - 1, (), 1.0),), self.input_shape, self.source, self.stem)
 
     @property
     def backbone_macs(self) -> int:
@@ -241,13 +242,14 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "input_shape": list(self.input_shape),
                 "backbone": [layer.to_dict() for layer in self.backbone],
-                "exits": [e.to_dict() for e in self.exits]}
+                "exits": [e.to_dict() for e in self.exits], **({"stem": self.stem.to_dict()} if self.stem else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Workload":
         return cls(name=d["name"], source=d.get("source", ""), input_shape=tuple(d.get("input_shape", ())),
                    backbone=tuple(Layer.from_dict(x) for x in d["backbone"]),
-                   exits=tuple(Exit.from_dict(x) for x in d["exits"]))
+                   exits=tuple(Exit.from_dict(x) for x in d["exits"]),
+                   stem=Layer.from_dict(d["stem"]) if d.get("stem") else None)
 
 
 def equidistant_positions(backbone: Sequence[Layer], n: int, allowed: Sequence[int]) -> list[int]:

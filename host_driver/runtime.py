@@ -160,7 +160,7 @@ class NetworkRuntime:
         lo = a
         while lo < e:
             hi = next((j for j in range(lo + 1, e) if self.qnet.layers[j].pre), e)
-            cur = host_op(self.qnet.layers[lo].pre, x if lo == a else outs[lo - 1])
+            cur = host_op(self.qnet.layers[lo].pre, x if lo == a else outs[lo - 1], self.qnet.workload.stem)
             if self.driver is None:
                 for j in range(lo, hi):
                     q = self.qnet.layers[j]

@@ -37,6 +37,10 @@ def test_dse_json_and_bundle(resnet_bundle):
     assert len(summary["segment_latency_ms"]) == 4
     bundle = load_bundle(path)
     assert bundle.design == (d["TR"], d["TP"], d["TC"])
+    # the stem as the host feeds it: conv1's 7 x 7 stride 2 over 3 channels runs as 1 x 7 over 21
+    assert summary["stem"] == {"layer": "conv1", "network": {"kernel": [7, 7], "stride": [2, 2], "in_ch": 3},
+                               "npu": {"kernel": [1, 7], "stride": [1, 2], "in_ch": 21, "in_hw": [112, 224]}}
+    assert bundle.workload.stem is not None and bundle.workload.backbone[0].kernel == (1, 7)
 
 
 def test_dse_reports_the_timing_proxy(resnet_bundle):
@@ -75,6 +79,7 @@ def test_dse_human_summary_for_inception_on_zcu104():
                "--stackable" if pick["stackable"] else "--no-stackable")
     assert proc.returncode == 0, proc.stderr
     assert "<TR, TP, TC>" in proc.stdout and "GOp/s" in proc.stdout
+    assert "stem Conv2d_1a_3x3 folded by the host: 3x3 stride 2 over 3 channels runs as 1x3 over 9" in proc.stdout
     # where the buffers go, as the bundle tells the RTL to build them
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("buffers (built with ram_style)"))
     assert all(f"{name} in {kind.upper()}" in line for name, kind in placement.items()) and placement

@@ -223,11 +223,13 @@ def test_eval_fig4_small_run_writes_csv_json_png(tmp_path, capsys, shared_dse_ca
     assert {r["policy"] for r in rows} >= {"fluidb", "serial", "lazybatching", "r-adaptb-l"}
     doc = json.loads((out / "fig4.json").read_text())
     assert doc["config"]["seeds"] == 1 and len(doc["designs"]) == 4
-    # at 25 samples/s on ZC706 SERIAL (no batching) queues up and FluidB does not; FluidB always gets more
+    # at 25 samples/s on ZC706 SERIAL (no batching) runs past 0.8 of its measured capacity (it queues up over a
+    # long run; 150 requests are too few for its mean latency to show it) and FluidB does not; FluidB always gets more
     # useful work out of the board while busy (utilisation is of each policy's own design's peak, and the
     # designs differ in size, so compare utilisation x peak: useful GOp/s while busy)
     by = {(r["policy"], r["rate"]): r for r in doc["rows"] if r["hardware"] == "own"}
-    assert by[("serial", 25.0)]["mean_latency_ms"] > by[("fluidb", 25.0)]["mean_latency_ms"]
+    assert by[("serial", 25.0)]["saturated"] and not by[("fluidb", 25.0)]["saturated"]
+    assert by[("serial", 25.0)]["load"] > by[("fluidb", 25.0)]["load"] + 0.1
     peak = {d["design_kind"]: d["peak_gops"] for d in doc["designs"]}
     kind = {p: policy_spec(p).design.key for p in ("fluidb", "serial")}
     work = {k: {r: by[(k, r)]["utilisation"] * peak[kind[k]] for r in (5.0, 15.0, 25.0)} for k in kind}

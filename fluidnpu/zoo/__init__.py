@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fluidnpu.errors import FluidError
+from fluidnpu.lowering import fold_stem
 from fluidnpu.workload import Workload
 from fluidnpu.zoo.inceptionv3 import inceptionv3
 from fluidnpu.zoo.resnet50 import resnet50
@@ -18,9 +19,10 @@ MODELS: dict[str, Callable[[], Workload]] = {
 
 
 def zoo_model(name: str) -> Workload:
-    """Build a zoo workload by name (case-insensitive, '-' and '_' ignored)."""
+    """Build a zoo workload by name (case-insensitive, '-' and '_' ignored), its stem folded where it folds
+    (fluidnpu/lowering.py)."""
     key = name.lower().replace("-", "").replace("_", "")
     models = {k.replace("-", "").replace("_", ""): v for k, v in MODELS.items()}
     if key not in models:
         raise FluidError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)} (or a .onnx file)")
-    return models[key]()
+    return fold_stem(models[key]())
