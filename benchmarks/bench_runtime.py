@@ -6,7 +6,9 @@
   time, tau = 0.8;
 * the same on the host golden model (driver=None), i.e. the register and
   memory-image overhead of going through a device;
-* the float and fixed-point forward passes over the whole test split.
+* the float and fixed-point forward passes over the whole test split;
+* the host's fold of a folded stem's input (fluidnpu/lowering.py), ResNet-50's 224 x 224 x 3 int16
+  image into 112 x 224 x 21: what the host adds per sample before the NPU's first layer.
 
     python benchmarks/bench_runtime.py [--samples 450] [--repeat 3] [--bmax 4] [--json]
 """
@@ -24,7 +26,9 @@ from fluidnpu import digits_ee as D
 from fluidnpu.host_driver.driver import NpuDriver
 from fluidnpu.host_driver.model_device import ModelDevice
 from fluidnpu.host_driver.runtime import NetworkRuntime
+from fluidnpu.lowering import fold_input
 from fluidnpu.quantize import quantize
+from fluidnpu.zoo import zoo_model
 
 
 def best_of(fn, repeat: int) -> float:
@@ -66,6 +70,9 @@ def main(argv: list[str] | None = None) -> dict:
     res["float_forward_samples_per_s"] = args.samples / best_of(lambda: net.forward(x), args.repeat)
     res["fixed_forward_samples_per_s"] = args.samples / best_of(
         lambda: q.run_reference(q.quantize_input(x)[0]), args.repeat)
+    stem = zoo_model("resnet50").stem
+    image = np.random.default_rng(0).integers(-32768, 32768, (1, *stem.in_hw, stem.in_ch)).astype(np.int16)
+    res["resnet50_stem_fold_ms"] = 1e3 * best_of(lambda: fold_input(stem, image), max(args.repeat, 5))
     if args.json:
         print(json.dumps(res, indent=1))
     else:
@@ -74,6 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
         for k, v in res.items():
             if k.endswith("_per_s"):
                 print(f"  {k:40s} {v:10.0f}")
+        print(f"  {'resnet50_stem_fold_ms':40s} {res['resnet50_stem_fold_ms']:10.2f}")
     return res
 
 

@@ -60,10 +60,10 @@ def fold_input(stem: Layer, x: np.ndarray) -> np.ndarray:
         raise FluidError(f"layer {stem.name!r} folds inputs of shape (n, {ih}, {iw}, {stem.in_ch}), got {x.shape}")
     oh = stem.out_hw[0]
     out = np.zeros((x.shape[0], oh, iw, kh, stem.in_ch), dtype=x.dtype)
-    rows = sh * np.arange(oh)[:, None] + np.arange(kh)[None, :] - pt       # input row of (oy, ky)
-    inside = (rows >= 0) & (rows < ih)
-    oy, ky = np.nonzero(inside)
-    out[:, oy, :, ky, :] = x[:, rows[oy, ky], :, :].transpose(1, 0, 2, 3)
+    for ky in range(kh):            # output rows oy whose input row sh * oy + ky - pt is in the image
+        lo, hi = max(0, -(-(pt - ky) // sh)), min(oh - 1, (ih - 1 + pt - ky) // sh)
+        if lo <= hi:
+            out[:, lo:hi + 1, :, ky, :] = x[:, sh * lo + ky - pt:sh * hi + ky - pt + 1:sh]
     return out.reshape(x.shape[0], oh, iw, kh * stem.in_ch)
 
 

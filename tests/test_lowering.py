@@ -146,3 +146,36 @@ def test_the_folded_stem_runs_bit_exact_in_the_rtl_in_fewer_cycles():
     assert rows["plain"].correct and rows["folded"].correct
     assert rows["folded"].hw_cycles < 0.5 * rows["plain"].hw_cycles, (rows["folded"], rows["plain"])
     assert abs(rows["folded"].error) <= 0.05
+
+
+def test_an_onnx_stem_folds_alike_for_the_dse_and_the_runtime(tmp_path):
+    """An ONNX model whose first Conv is a 5 x 5 stride-2 stem over an RGB image: `fluidnpu dse`'s workload
+    (`load_model`) and the runtime's network (`load_onnx_network`) are folded the same way, and the folded
+    network still computes ONNX's own outputs."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    from fluidnpu.design import load_model
+    from fluidnpu.onnx_import import load_onnx
+    from fluidnpu.onnx_runtime import load_onnx_network
+
+    rng = np.random.default_rng(2)
+    w = lambda name, *s: numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.2, name)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "c1.w", "c1.b"], ["c1"], name="c1", kernel_shape=[5, 5], strides=[2, 2],
+                              pads=[2] * 4),
+             helper.make_node("Relu", ["c1"], ["a1"], name="r1"),
+             helper.make_node("Flatten", ["a1"], ["fl"], name="flat"),
+             helper.make_node("Gemm", ["fl", "f.w", "f.b"], ["logits"], name="f", transB=1)]
+    graph = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 12, 12])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 5])],
+                              [w("c1.w", 4, 3, 5, 5), w("c1.b", 4), w("f.w", 5, 4 * 36), w("f.b", 5)])
+    path = tmp_path / "stem.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+    net = load_onnx_network(path)
+    assert net.layers[0].pre == "fold_rows" and net.workload.stem == load_onnx(path).backbone[0]
+    assert load_model(str(path)).to_dict() == net.workload.to_dict()
+    x = rng.uniform(-1, 1, (3, 12, 12, 3))
+    (theirs,) = ReferenceEvaluator(str(path)).run(["logits"], {"x": x.transpose(0, 3, 1, 2).astype(np.float32)})
+    np.testing.assert_allclose(net.exit_logits(x)[-1], theirs, rtol=1e-4, atol=1e-5)
