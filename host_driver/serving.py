@@ -44,6 +44,13 @@ def _check_design(bundle: Any, qnet: Any) -> None:
         raise FluidError(f"design bundle is for {bundle.workload.name!r} ({len(names)} layers), not for "
                          f"{qnet.workload.name!r} ({len(want)} layers): run `fluidnpu dse --model "
                          f"{qnet.workload.name}` for it")
+    for s, q in zip(bundle.workload.schedule(), qnet.layers):
+        if s.layer != q.layer:
+            g, h = s.layer, q.layer
+            raise FluidError(f"design bundle's layer {g.name!r} ({'x'.join(map(str, g.kernel))} over {g.in_ch} "
+                             f"channels) is not the network's ({'x'.join(map(str, h.kernel))} over {h.in_ch}): "
+                             f"the bundle is for another lowering of {qnet.workload.name!r} (a stem folded or not, "
+                             f"docs/interpretations.md); run `fluidnpu dse --model {qnet.workload.name}` again")
 
 
 def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:

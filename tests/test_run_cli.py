@@ -70,3 +70,23 @@ def test_design_of_another_model_is_refused(tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = run("--design", str(path), "--rate", "10", "--slo", "10")
     assert proc.returncode == 2 and "not for 'digits-ee'" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_design_of_another_lowering_of_the_same_network_is_refused(tmp_path):
+    """A bundle whose layers have the network's names but not its shapes (e.g. made before the stem was
+    folded, or folded where the network is not) is refused in one line, not run with the wrong plan."""
+    from dataclasses import replace
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.dse.search import DSEOptions, explore
+    from fluidnpu.workload import Layer
+
+    wl = D.digits_ee()
+    other = replace(wl, backbone=(Layer.conv("conv1", 1, 8, 8, (3, 1), 1, (1, 0, 1, 0)),) + wl.backbone[1:])
+    assert other.backbone[0].out_hw == wl.backbone[0].out_hw
+    path = tmp_path / "o.json"
+    bundle_from_result(explore(other, D.small_board(), DSEOptions(bmax=4))).save(path)
+    proc = run("--design", str(path), "--rate", "10", "--slo", "10")
+    assert proc.returncode == 2 and "another lowering of 'digits-ee'" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
