@@ -49,7 +49,9 @@ def fold_rows(layer: Layer) -> Layer:
     (_, iw), (kh, kw), (_, sw), (_, pl, _, pr) = layer.in_hw, layer.kernel, layer.stride, layer.pads
     folded = Layer.conv(layer.name, kh * layer.in_ch, layer.out_ch, (layer.out_hw[0], iw), (1, kw), (1, sw),
                         (0, pl, 0, pr))
-    assert folded.out_hw == layer.out_hw and folded.macs == layer.macs, (folded, layer)
+    if folded.out_hw != layer.out_hw or folded.macs != layer.macs:
+        raise FluidError(f"layer {layer.name!r}: its shape is not its convolution's (R, P, C against its kernel, "
+                         f"stride and padding), so it does not fold")
     return folded
 
 

@@ -200,6 +200,16 @@ class Workload:
         names = [layer.name for layer in self.layers()]
         if len(set(names)) != len(names):
             raise FluidError(f"workload {self.name!r}: layer names must be unique")
+        if self.stem is not None:
+            from fluidnpu.lowering import fold_rows
+
+            try:
+                folded = fold_rows(self.stem)
+            except FluidError:
+                folded = None
+            if folded != self.backbone[0]:
+                raise FluidError(f"workload {self.name!r}: its stem {self.stem.name!r} does not fold into its first "
+                                 f"layer {self.backbone[0].name!r} (fluidnpu/lowering.py)")
 
     def layers(self) -> list[Layer]:
         """All GEMM layers in execution order (backbone segments interleaved with exit heads)."""

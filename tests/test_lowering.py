@@ -73,6 +73,10 @@ def test_the_stem_travels_with_the_workload_and_the_bundle(tmp_path):
     assert wl.stem is not None
     assert Workload.from_dict(json.loads(json.dumps(wl.to_dict()))) == wl
     assert "stem" not in zoo_model("digits-ee").to_dict()
+    bad = wl.to_dict()
+    bad["stem"]["out_ch"] = 5
+    with pytest.raises(FluidError, match="does not fold into its first layer"):
+        Workload.from_dict(bad)
     path = tmp_path / "b.json"
     bundle_from_result(explore(wl, D.small_board(), DSEOptions(bmax=2))).save(path)
     assert Workload.from_dict(load_bundle(path).data["workload"]) == wl
