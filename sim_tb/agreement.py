@@ -147,6 +147,11 @@ PICK_LAYERS: dict[str, dict] = {
     "1x1, cin 256 (layer1 conv1)": dict(in_h=16, in_w=16, cin=256, out_h=16, out_w=16, cout=4, kh=1, kw=1),
     "3x3, cin 32, two column tiles": dict(in_h=12, in_w=12, cin=32, out_h=12, out_w=12, cout=8, kh=3, kw=3,
                                           ph=1, pw=1),
+    # ResNet-50's stem on a 16 x 16 image, as the network defines it and as the host feeds it (fluidnpu/lowering.py)
+    "7x7 stride-2 stem, cin 3 (conv1)": dict(in_h=16, in_w=16, cin=3, out_h=8, out_w=8, cout=4, kh=7, kw=7, sh=2,
+                                             sw=2, ph=3, pw=3),
+    "the stem folded: 1x7 stride (1, 2), cin 21": dict(in_h=8, in_w=16, cin=21, out_h=8, out_w=8, cout=4, kh=1, kw=7,
+                                                       sh=1, sw=2, ph=0, pw=3),
 }
 
 

@@ -136,20 +136,20 @@ def test_a_network_that_reads_its_input_through_a_host_operation_does_not_fold()
 
 def test_the_folded_stem_runs_bit_exact_in_the_rtl_in_fewer_cycles():
     """ResNet-50's stem, shrunk to a 16 x 16 image, on the pick-shaped engine (TP = 14 on three 64-bit
-    ports): the plain layer and its folded one are both bit-exact in the simulated RTL, the folded one in
-    under half the cycles (a window is one run, not seven), and the model prices it within 5 %."""
-    from fluidnpu.sim_tb.agreement import PICK_ENGINE, agreement_rows, one_layer_case
+    ports; sim_tb/agreement.py's PICK_LAYERS, which benchmarks/rtl_agreement.py also runs): the plain layer
+    and its folded one are both bit-exact in the simulated RTL, the folded one in under half the cycles (a
+    window is one run, not seven), and the model prices it within 5 %."""
+    from fluidnpu.sim_tb.agreement import PICK_LAYERS, pick_layer_rows
 
+    plain, folded = "7x7 stride-2 stem, cin 3 (conv1)", "the stem folded: 1x7 stride (1, 2), cin 21"
     stem = Layer.conv("stem", 3, 4, 16, 7, 2, 3)
-    fields = ("in_h", "in_w", "cin", "out_h", "out_w", "cout", "kh", "kw", "sh", "sw", "ph", "pw")
-    rows = {}
-    for name, layer in (("plain", stem), ("folded", fold_rows(stem))):
+    for name, layer in ((plain, stem), (folded, fold_rows(stem))):
         geo = _geometry(layer)
-        (rows[name],) = agreement_rows(PICK_ENGINE, [one_layer_case({f: getattr(geo, f) for f in fields},
-                                                                    PICK_ENGINE.bmax, seed=1)])
-    assert rows["plain"].correct and rows["folded"].correct
-    assert rows["folded"].hw_cycles < 0.5 * rows["plain"].hw_cycles, (rows["folded"], rows["plain"])
-    assert abs(rows["folded"].error) <= 0.05
+        assert {f: getattr(geo, f) for f in PICK_LAYERS[name]} == PICK_LAYERS[name]
+    rows = dict(zip((plain, folded), pick_layer_rows((plain, folded))))
+    assert rows[plain].correct and rows[folded].correct
+    assert rows[folded].hw_cycles < 0.5 * rows[plain].hw_cycles, (rows[folded], rows[plain])
+    assert abs(rows[folded].error) <= 0.05
 
 
 def test_an_onnx_stem_folds_alike_for_the_dse_and_the_runtime(tmp_path):
