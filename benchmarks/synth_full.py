@@ -86,7 +86,8 @@ def main() -> None:
     y = cal.yosys_summary(rep)
     dse = bundle.data["dse"]
     model = design_resources(params.TR, params.TP, params.TC, board, params.bmax, params.layers,
-                             dse["stackable"], banks=params.banks)
+                             dse["stackable"], banks=params.banks, ports=params.axi_ports,
+                             input_buffer=params.input_buffer)     # the design the bundle holds, as the DSE priced it
     rows = []
     for key, yv, mv, tol in (("LUT (outside buffers)", y["lut_priced"], model.lut, 0.10),
                              ("FF", y["ff"], model.ff, 0.10), ("DSP", y["dsp"], model.dsp, 0.0),
@@ -95,7 +96,8 @@ def main() -> None:
         rows.append({"resource": key, "yosys": yv, "model": mv, "error": err,
                      "within_target": err is not None and abs(err) <= tol + 1e-12})
     doc = {"design": {"TR": params.TR, "TP": params.TP, "TC": params.TC, "bmax": params.bmax,
-                      "layers": params.layers, "NB": params.banks},
+                      "layers": params.layers, "NB": params.banks, "ports": params.axi_ports,
+                      "input_buffer": params.input_buffer},
            "model": bundle.workload.name, "board": board.name, "family": family, "rows": rows,
            "yosys_seconds": rep["seconds"], "yosys": rep["yosys"], "machine": cal.machine(),
            "modules": y["modules"], "memories": y["memories"], "wall_seconds": time.perf_counter() - t0}
