@@ -71,6 +71,12 @@ class EngineTiming:
     write-command slice 1 to layer_overhead (the last write; 15 -> 17 in all);
     the response skid buffer adds none (it passes a response in the cycle it
     comes while the loader takes it).
+
+    port_restart: on several ports, the cycles a step takes beyond its beats
+    on the ports where those bind: its reads wait in the ports until the core
+    releases the staging half they fill, and then restart through the DMA's
+    in-order merge (`LayerCosts.block`; fitted on the several-port agreement
+    cases, docs/rtl-agreement.md, wave 3q; one port pays none).
     """
 
     word_bytes: int = 2
@@ -81,6 +87,7 @@ class EngineTiming:
     dma_latency: int = 8
     block_overhead: int = 1
     pass_overhead: int = 1
+    port_restart: int = 2
 
 
 DEFAULT_TIMING = EngineTiming()
@@ -568,7 +575,10 @@ class LayerCosts:
         step's data streams into the half the core releases as it starts the
         next step. H is F on one port; on several ports it ends at the step's
         last command, before the weight walker's cycle a step (`_walk`'s
-        `handover`), and the skew adds the beats still in flight then.
+        `handover`), and the skew adds the beats still in flight then. On
+        several ports a step also takes its beats on the ports plus
+        `port_restart` (its reads wait there for the staging half; not for a
+        buffered layer, whose inputs come from the buffer).
         `extra`: fetcher cycles spent before the block (a new pass's set-up).
         The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
@@ -583,6 +593,11 @@ class LayerCosts:
         # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
         paced = self._walk_kinds(kinds, rate=True) + fixed if self.bus.n_ports == 1 else fetch
         steps = np.maximum(np.maximum(compute, paced), balance)
+        if self.bus.n_ports > 1 and self.fill is None:
+            # a step's reads wait in the ports while the core works through the step two before; its data
+            # enters the staging half the core releases, at the ports' pace, and restarts through the merge
+            beats = sum(np.asarray(w_beats) + np.asarray(in_beats) for _, w_beats, _, in_beats, _ in kinds)
+            steps = np.maximum(steps, beats + self.n_p * tm.port_restart + fixed)
         busiest = self.busiest_port(t, tile, groups)
         if busiest is not None:
             steps = np.maximum(steps, self.n_p * busiest + fixed)
