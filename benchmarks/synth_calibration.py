@@ -186,17 +186,24 @@ def synth_control(params: Any, family: str, wd: Path) -> dict[str, Any]:
 
     reps = {name: synthesize(unit, name, family=family, workdir=wd / name, timeout=SYNTH_TIMEOUT_S).to_dict()
             for name, unit in control_units(params).items()}
+    return merged_report(reps, "control")
+
+
+def merged_report(reps: dict[str, dict[str, Any]], top: str, prefix: str = "") -> dict[str, Any]:
+    """Units of the NPU, each synthesized alone (SynthReport dicts by unit name), as one report of `top`:
+    counts and cells summed, each unit a module `npu.<unit>`, its memories and DSP sources (named from
+    its own top, "seq.fetcher....") behind `prefix`, the Yosys seconds summed."""
     counts = [r["total"] for r in reps.values()]
     cells: dict[str, int] = {}
     for r in reps.values():
         for t, n in r["cells"].items():
             cells[t] = cells.get(t, 0) + n
-    return {"top": "control", "family": family, "total": {k: sum(c[k] for c in counts) for k in counts[0]},
+    first = next(iter(reps.values()))
+    return {"top": top, "family": first["family"], "total": {k: sum(c[k] for c in counts) for k in counts[0]},
             "cells": cells, "modules": {f"npu.{name}": r["total"] for name, r in reps.items()},
-            # each unit's memories and DSPs are already named from its top ("seq.fetcher....")
-            "memories": {k: v for r in reps.values() for k, v in r["memories"].items()},
-            "dsp_sources": {k: v for r in reps.values() for k, v in r["dsp_sources"].items()},
-            "seconds": sum(r["seconds"] for r in reps.values()), "yosys": reps["seq"]["yosys"]}
+            "memories": {prefix + k: v for r in reps.values() for k, v in r["memories"].items()},
+            "dsp_sources": {prefix + k: v for r in reps.values() for k, v in r["dsp_sources"].items()},
+            "seconds": sum(r["seconds"] for r in reps.values()), "yosys": first["yosys"]}
 
 
 def buffer_class(memory: str) -> str:
