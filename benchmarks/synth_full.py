@@ -67,7 +67,9 @@ def drop_zero_inits(verilog: str) -> str:
 
 def unit_verilog(name: str, params: Any) -> str:
     """The Verilog of one NPU unit as hw/npu.py's top level builds it (its EngineCore arguments, its
-    `control_units`), without its all-zero memory initialisers; "npu" is the whole NPU."""
+    `control_units`), without its all-zero memory initialisers; "npu" is the whole NPU. (The EngineCore
+    call repeats hw/npu.py's rather than moving it there: an edit of hw/ invalidates every cached
+    calibration synthesis, benchmarks/synth_calibration.py's `rtl_version`.)"""
     import warnings
 
     from amaranth.back import verilog
@@ -107,9 +109,10 @@ def synth_units(params: Any, family: str, wd: Path, timeout: float, yosys: str |
                 reuse: bool) -> dict[str, Any]:
     """The NPU as its units, each synthesized alone, `jobs` at a time, as one report of top "npu".
 
-    With the hierarchy kept, Yosys optimizes nothing across module boundaries, so the whole NPU counts
-    its units plus the top's glue (5 LUTs in the last whole run, docs/resources.md); the units alone
-    fit in less memory and run in parallel. `seconds` is the Yosys time summed over the units."""
+    With the hierarchy kept, the whole NPU is its units and the top's glue; the units alone fit in less
+    memory and run in parallel, and count a little more (the ResNet-50/ZC706 pick: 1.6 % more LUTs, 2.2 %
+    more FFs than the whole NPU on Yosys 0.23; docs/resources.md). `seconds` is the Yosys time summed over
+    the units."""
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:

@@ -329,3 +329,27 @@ def test_memories_without_zero_initialisers_map_to_the_same_rams(report, tmp_pat
     mapped = {k: (m.mapped_via, m.bram36, m.lutram) for k, m in rep.memories.items()}
     assert mapped == {k: (m.mapped_via, m.bram36, m.lutram) for k, m in report.memories.items()}
     assert (rep.total.dsp, rep.total.bram36, rep.total.ff) == (report.total.dsp, report.total.bram36, report.total.ff)
+
+
+def test_units_synthesized_alone_merge_into_one_report():
+    """synth_calibration's `merged_report` (the control points and synth_full --units): counts and cells summed,
+    each unit a module npu.<unit>, its memories and DSP sources behind the prefix, so that `yosys_summary`
+    attributes an engine's buffers by their names inside the NPU."""
+    cal = _synth_full().calibration()
+
+    def unit(lut: int, ff: int, bram: float, mem: str, dsp_src: str) -> dict:
+        counts = Counts(lut=lut, lut_logic=lut, lutram=0, srl=0, ff=ff, dsp=1, bram36=bram, uram=0, carry=0)
+        return {"top": "x", "family": "xc7", "total": counts.__dict__, "cells": {"LUT6": lut, "FDRE": ff},
+                "modules": {}, "memories": {mem: {"mapped_via": "bram", "cells": {}, "bram36": bram, "uram": 0,
+                                                   "lutram": 0}},
+                "dsp_sources": {dsp_src: 1}, "seconds": 2.0, "yosys": "Yosys test", "log_path": ""}
+
+    reps = {"core": unit(100, 50, 2.0, "core.acc0", "core: x.v:1"), "seq": unit(30, 20, 0.5, "seq.bank0", "seq: x.v:2")}
+    rep = cal.merged_report(reps, "npu", prefix="npu.")
+    assert rep["top"] == "npu" and rep["seconds"] == 4.0
+    assert (rep["total"]["lut"], rep["total"]["ff"], rep["total"]["bram36"], rep["total"]["dsp"]) == (130, 70, 2.5, 2)
+    assert rep["cells"] == {"LUT6": 130, "FDRE": 70}
+    assert set(rep["modules"]) == {"npu.core", "npu.seq"}
+    assert set(rep["memories"]) == {"npu.core.acc0", "npu.seq.bank0"}
+    assert cal.buffer_class("npu.core.acc0") == "accumulator"
+    assert set(rep["dsp_sources"]) == {"npu.core: x.v:1", "npu.seq: x.v:2"}
