@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
+import sys
+from types import ModuleType
 
 import pytest
 
@@ -24,6 +27,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         mark = item.get_closest_marker("heavy")
         return -float(mark.args[0]) if mark else 0.0
     items.sort(key=seconds)
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """benchmarks/<name>.py as a module (registered in sys.modules: dataclasses look their module up while
+    being created)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def benchmark_module():
+    """A benchmark script as a module, by name: `benchmark_module("peak_gap")` (what a benchmark computes is
+    tested through its own code)."""
+    return load_benchmark
 
 
 def tiny_board_data(dsp: int = 6, bram36: int = 8, uram: int = 0, hp_ports: int | None = None,

@@ -238,24 +238,18 @@ def test_compute_bound_layer_keeps_the_macs_busy():
     assert abs(row.error) <= 0.05
 
 
-def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path, monkeypatch):
+def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path, monkeypatch, benchmark_module):
     """benchmarks/rtl_agreement.py --reprice: the recorded RTL counters stay, each case (and each pick-shaped
     layer) is priced again by the current model, a record that is not its seed's case is refused (the counts
     would be another layer's), and the configurations not chosen keep their rows as recorded."""
-    import importlib.util
     import json
     import sys
     from dataclasses import asdict
-    from pathlib import Path
 
     from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
                                            case_model_cycles, config_name, model_layer_cycles, one_layer_case)
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "rtl_agreement.py"
-    spec = importlib.util.spec_from_file_location("rtl_agreement", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+    mod = benchmark_module("rtl_agreement")
 
     def record(i: int, hw: int) -> dict:
         params = AGREEMENT_CONFIGS[i]

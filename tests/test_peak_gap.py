@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 
 from fluidnpu.workload import Layer
 
 
-def _peak_gap():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "peak_gap.py"
-    spec = importlib.util.spec_from_file_location("peak_gap", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_block_input_words_counts_the_input_rows_a_block_touches():
+def test_block_input_words_counts_the_input_rows_a_block_touches(benchmark_module):
     """A 3 x 3, pad 1 convolution of an 8 x 8 x 2 input: a block of two output rows touches three input
     rows at the top edge and four inside (the most: 4 x 8 x 2 = 64 words); a block of 80 pixels over two
     samples touches all 8 rows of the first and 3 of the second (176); stride 2 doubles the rows a
     block's output rows cover (an 8-pixel block of a 4 x 4 output: rows 1..5, 5 x 8 x 2 = 80)."""
-    block_input_words = _peak_gap().block_input_words
+    block_input_words = benchmark_module("peak_gap").block_input_words
     layer = Layer.conv("c", 2, 4, 8, 3, padding=1)
     assert block_input_words(layer, 1, 16) == 64
     assert block_input_words(layer, 2, 80) == 8 * 8 * 2 + 3 * 8 * 2
@@ -34,24 +21,24 @@ def test_block_input_words_counts_the_input_rows_a_block_touches():
     assert strided.out_hw == (4, 4) and block_input_words(strided, 1, 8) == 5 * 8 * 2
 
 
-def test_buffer_fill_waits_on_the_first_fill_double_buffered_and_on_every_fill_single():
+def test_buffer_fill_waits_on_the_first_fill_double_buffered_and_on_every_fill_single(benchmark_module):
     """4,000 words at 2 B a word over 8 B a cycle fill in 1,000 cycles. Double-buffered behind blocks of
     5,000 cycles, only the first fill waits; behind blocks of 600 cycles each later fill waits its
     400 extra cycles; single-buffered every fill waits."""
-    fill = _peak_gap().buffer_fill_cycles
+    fill = benchmark_module("peak_gap").buffer_fill_cycles
     assert fill(4000, 6, 30000.0, True, 8.0) == 1000
     assert fill(4000, 6, 3600.0, True, 8.0) == 1000 + 5 * 400
     assert fill(4000, 6, 30000.0, False, 8.0) == 6 * 1000
 
 
-def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
+def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles(benchmark_module):
     """A 3 x 3 convolution of an 8 x 8 x 2 input to 12 channels at b = 2 on <TR 16, TP 4, TC 4>, one group
     a pass (BR = 1): each sample's 64 output pixels make 4 blocks of 16 in each of 3 column tiles (24
     blocks), and a block of two output rows holds at most 4 input rows (4 x 8 x 2 = 64 words)."""
     from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, row_blocks
     from fluidnpu.dse.search import Choice, LayerShapes, choice_setup, modes_of
 
-    pg = _peak_gap()
+    pg = benchmark_module("peak_gap")
     layer = Layer.conv("c", 2, 12, 8, 3, padding=1)
     shapes = LayerShapes.of([layer])
     TP, TC, TR = np.array([[4]]), np.array([[4]]), np.array([[16]])
@@ -62,7 +49,7 @@ def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles():
     assert pg.buffer_words(layer, setup, rb, 0) == 64
 
 
-def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
+def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds(benchmark_module):
     """`gap` end to end on ResNet-50 and ZC706's wave-3k design (given, not searched, without the block input
     buffer: 1 s): its parts sum to the
     DSE's cycles (asserted inside), its share is the DSE's GOp/s over the board peak, and a line
@@ -72,7 +59,7 @@ def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds():
     from fluidnpu.dse.search import DSEOptions, evaluate_design
     from fluidnpu.zoo import zoo_model
 
-    pg = _peak_gap()
+    pg = benchmark_module("peak_gap")
     opts = DSEOptions(bmax=8, ports=3, banks=2, stackable=True, buffer=False)
     g = pg.gap("resnet50", "zc706", batches=range(4, 5), design=(2091, 14, 64, opts))
     row = g["rows"][0]

@@ -4,10 +4,8 @@ fitted to Yosys (docs/resources.md)."""
 from __future__ import annotations
 
 from dataclasses import asdict, replace
-import importlib.util
 import json
 from pathlib import Path
-import sys
 
 import numpy as np
 import pytest
@@ -101,16 +99,6 @@ AXI_PORTS = Path(__file__).resolve().parent.parent / "docs" / "figures" / "resou
 AXI_PORT_FIELDS = ("lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word",
                    "lut_per_merge_word")
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "figures" / "resources" / "calibration.json"
-
-
-def _load_benchmark():
-    """benchmarks/synth_calibration.py as a module (its fitting code is what calibrated the model)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_calibration.py"
-    spec = importlib.util.spec_from_file_location("synth_calibration", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod          # dataclasses look their module up while being created
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_rtl_parameters_mirror_the_rtl():
@@ -246,9 +234,9 @@ def test_constants_are_the_documented_fit():
         assert row["model_dsp"] == macs == row["yosys_dsp"], row["config"]
 
 
-def test_fit_recovers_known_constants():
+def test_fit_recovers_known_constants(benchmark_module):
     """The benchmark's least squares returns the constants that generated its data."""
-    bench = _load_benchmark()
+    bench = benchmark_module("synth_calibration")
     truth = replace(DEFAULT_LOGIC, lut_base=3000.0, lut_per_pe=50.0, lut_per_mac=40.0, lut_per_mux_input_bit=0.4,
                     lut_per_dma_word=20.0, lut_per_port_word=10.0, lut_per_bank=30.0, ff_base=2000.0,
                     ff_per_pe=150.0, ff_per_mac=60.0, ff_per_dma_word=40.0, ff_per_port_word=5.0,

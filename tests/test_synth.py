@@ -276,19 +276,6 @@ def test_resource_model_matches_yosys_on_tiny_engine(engine_report):
         assert mem.bram36 == float(bram36_for(*shape[kind])), name
 
 
-def _synth_full():
-    """benchmarks/synth_full.py as a module (its Verilog clean-up is what the full-size run feeds Yosys)."""
-    import importlib.util
-    import sys
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "synth_full.py"
-    spec = importlib.util.spec_from_file_location("synth_full", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 class Initialised(wiring.Component):
     """Two 64 x 8 ROM-like memories read at one address: one all zeros, one counting up."""
 
@@ -305,25 +292,25 @@ class Initialised(wiring.Component):
         return m
 
 
-def test_only_all_zero_memory_initialisers_are_dropped():
+def test_only_all_zero_memory_initialisers_are_dropped(benchmark_module):
     """synth_full's `drop_zero_inits`: the block that sets every word of a memory to zero goes (Amaranth writes
     one line a word: 200,000 of them at the full-size pick), a block with any other value stays whole."""
     from amaranth.back import verilog
 
     text = verilog.convert(Initialised(), name="init", emit_src=False)
-    out = _synth_full().drop_zero_inits(text)
+    out = benchmark_module("synth_full").drop_zero_inits(text)
     assert text.count("initial begin") == 2 and out.count("initial begin") == 1
     assert "zeros[0] =" in text and "zeros[" not in out.split("initial begin", 1)[1].split("end", 1)[0]
     assert all(f"counts[{i}] = 8'h{i:02x};" in out for i in range(64))
 
 
 @needs_yosys
-def test_memories_without_zero_initialisers_map_to_the_same_rams(report, tmp_path):
+def test_memories_without_zero_initialisers_map_to_the_same_rams(report, tmp_path, benchmark_module):
     """The known design with its zero initialisers dropped: every memory on the same primitives, the same
     DSPs and BRAM (a Xilinx block RAM's INIT is zero when not given)."""
     from amaranth.back import verilog
 
-    text = _synth_full().drop_zero_inits(verilog.convert(Outer(), name="outer", emit_src=False))
+    text = benchmark_module("synth_full").drop_zero_inits(verilog.convert(Outer(), name="outer", emit_src=False))
     assert "initial begin" not in text
     rep = synthesize(text, "outer", workdir=tmp_path)
     mapped = {k: (m.mapped_via, m.bram36, m.lutram) for k, m in rep.memories.items()}
@@ -331,11 +318,11 @@ def test_memories_without_zero_initialisers_map_to_the_same_rams(report, tmp_pat
     assert (rep.total.dsp, rep.total.bram36, rep.total.ff) == (report.total.dsp, report.total.bram36, report.total.ff)
 
 
-def test_units_synthesized_alone_merge_into_one_report():
+def test_units_synthesized_alone_merge_into_one_report(benchmark_module):
     """synth_calibration's `merged_report` (the control points and synth_full --units): counts and cells summed,
     each unit a module npu.<unit>, its memories and DSP sources behind the prefix, so that `yosys_summary`
     attributes an engine's buffers by their names inside the NPU."""
-    cal = _synth_full().calibration()
+    cal = benchmark_module("synth_calibration")
 
     def unit(lut: int, ff: int, bram: float, mem: str, dsp_src: str) -> dict:
         counts = Counts(lut=lut, lut_logic=lut, lutram=0, srl=0, ff=ff, dsp=1, bram36=bram, uram=0, carry=0)
