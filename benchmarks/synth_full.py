@@ -105,9 +105,10 @@ def synth_unit(job: tuple[str, Any, str, str, float, str | None, bool]) -> dict[
     return rep
 
 
-def synth_units(params: Any, family: str, wd: Path, timeout: float, yosys: str | None, jobs: int,
+def synth_units(cal: Any, params: Any, family: str, wd: Path, timeout: float, yosys: str | None, jobs: int,
                 reuse: bool) -> dict[str, Any]:
-    """The NPU as its units, each synthesized alone, `jobs` at a time, as one report of top "npu".
+    """The NPU as its units, each synthesized alone, `jobs` at a time, as one report of top "npu" (merged by
+    `cal`, benchmarks/synth_calibration.py as loaded by `main`).
 
     With the hierarchy kept, the whole NPU is its units and the top's glue; the units alone fit in less
     memory and run in parallel, and count a little more (the ResNet-50/ZC706 pick: 1.6 % more LUTs, 2.2 %
@@ -117,7 +118,7 @@ def synth_units(params: Any, family: str, wd: Path, timeout: float, yosys: str |
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         reps = dict(zip(UNITS, pool.map(synth_unit, [(u, params, family, str(wd), timeout, yosys, reuse) for u in UNITS])))
-    return (calibration().merged_report(reps, "npu", prefix="npu.")
+    return (cal.merged_report(reps, "npu", prefix="npu.")
             | {"by_unit": {u: {"seconds": r["seconds"], "log_path": r["log_path"]} for u, r in reps.items()}})
 
 
@@ -161,7 +162,7 @@ def main() -> None:
     else:
         print(f"synthesizing <{params.TR}, {params.TP}, {params.TC}> Bmax {params.bmax} ({family}) in {wd} ...",
               flush=True)
-        rep = (synth_units(params, family, wd, args.timeout, args.yosys, args.jobs, args.reuse) if args.units else
+        rep = (synth_units(cal, params, family, wd, args.timeout, args.yosys, args.jobs, args.reuse) if args.units else
                synthesize(unit_verilog("npu", params), "npu", family=family, workdir=wd, timeout=args.timeout,
                           yosys=args.yosys).to_dict())
         cache.write_text(json.dumps(rep, indent=1))
