@@ -41,8 +41,8 @@ from rich.table import Table
 from fluidnpu.boards import load_board
 from fluidnpu.hw.regmap import BUFFERS
 from fluidnpu.dse import resource_model
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logic, design_resources,
-                                         engine_logic, input_banks, logic_use)
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logic, design_resources, engine_logic,
+                                         fabric_of, fbcb_bram36, input_banks, logic_use)
 
 AXI_DW = 64
 BUFFER_CLASSES = BUFFERS
@@ -258,7 +258,8 @@ def yosys_summary(rep: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- model
 PART_FN: dict[str, Callable[[Config, LogicCosts], tuple[Any, Any]]] = {
-    "control": lambda c, k: control_logic(c.TP, c.TC, c.bmax, c.layers, k, c.ports, banks=c.banks),
+    "control": lambda c, k: control_logic(c.TP, c.TC, c.bmax, c.layers, k, c.ports, banks=c.banks,
+                                          fabric=fabric_of(load_board(c.board))),
     "engine": lambda c, k: engine_logic(c.TP, c.TC, c.bmax, True, k, banks=c.banks),
 }
 
@@ -273,13 +274,14 @@ def model_one(cfg: Config, costs: LogicCosts = DEFAULT_LOGIC) -> dict[str, Any]:
         lut, ff = np.ceil(parts[cfg.scope]["lut"]), np.ceil(parts[cfg.scope]["ff"])
     else:
         lut, ff = logic_use(np.array(cfg.TP), np.array(cfg.TC), cfg.bmax, cfg.layers, True, costs, cfg.ports,
-                            banks=cfg.banks)
+                            banks=cfg.banks, fabric=fabric_of(board))
     rtl_b, rtl_u, _ = rtl_memory_use(cfg)
+    fbcb = fbcb_bram36(cfg.layers, cfg.bmax, False, fabric_of(board))      # the FBCB's RAMB18, if it is one
     if cfg.scope == "control":        # no engine: no MACs, no buffers
-        return {"dsp": 0, "bram36": 0.0, "uram": 0.0, "lut": int(lut), "ff": int(ff), "parts": parts,
-                "rtl_org_bram36": 0.0, "rtl_org_uram": 0.0}
+        return {"dsp": 0, "bram36": fbcb, "uram": 0.0, "lut": int(lut), "ff": int(ff), "parts": parts,
+                "rtl_org_bram36": fbcb, "rtl_org_uram": 0.0}
     return {"dsp": res.dsp, "bram36": res.bram36, "uram": res.uram, "lut": int(lut), "ff": int(ff),
-            "parts": parts, "rtl_org_bram36": rtl_b, "rtl_org_uram": rtl_u}
+            "parts": parts, "rtl_org_bram36": None if rtl_b is None else rtl_b + fbcb, "rtl_org_uram": rtl_u}
 
 
 def rtl_memory_use(cfg: Config) -> tuple[float | None, float | None, bool]:

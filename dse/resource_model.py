@@ -66,13 +66,13 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 3487.0
+    lut_base: float = 3494.0
     ff_base: float = 2946.0
-    lut_per_dma_word: float = 74.9       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    lut_per_dma_word: float = 73.7       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
     ff_per_dma_word: float = 55.3
-    lut_per_port_word: float = 66.5      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    lut_per_port_word: float = 67.9      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
     ff_per_port_word: float = 26.9
-    lut_per_bank: float = 404.0          # per input bank (NB): group placement and rotation state, the writer's
+    lut_per_bank: float = 402.0          # per input bank (NB): group placement and rotation state, the writer's
                                          # second set of output cursors a group (a row block's later tiles)
     ff_per_bank: float = 338.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
@@ -249,10 +249,12 @@ def buffer_room(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bm
     the BRAM its memories leave under the ceiling, as deep as its LUTs (the deep banks' read muxes)
     and FFs allow."""
     bram, _, mem_ok = memory_use(TR, TP, TC, board, bmax, banks=banks)
+    fabric = fabric_of(board)
     lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=ports or board.npu_axi_ports, banks=banks,
-                        port_bits=board.hp_width_bits, buffer=True)
+                        port_bits=board.hp_width_bits, buffer=True, fabric=fabric)
     nb = buffer_banks_of(TP)
-    by_bram = np.floor((board.limit("bram36") - np.where(mem_ok, bram, np.inf)) / nb)
+    left = board.limit("bram36") - fbcb_bram36(n_layers, bmax, True, fabric) - np.where(mem_ok, bram, np.inf)
+    by_bram = np.floor(left / nb)
     lut4, bff = input_buffer_logic(TP, TC, 4)
     lut_left = board.limit("lut") - lut - lut4
     by_lut = np.where(lut_left >= 0, 4 + np.floor(np.maximum(lut_left, 0) / (BUFFER_LUT_PER_DEEP_BRAM36 * nb)), 0)
@@ -339,12 +341,58 @@ def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
     return np.asarray(nmax(np.asarray(TP), np.asarray(TC)))
 
 
-def fbcb_lutram(n_layers: int, bmax: int, buffer: bool = False) -> int:
-    """LUTs of the FBCB memory (L*Bmax entries of fbcb_entry_bits), which the RTL keeps in distributed
-    RAM: a RAM32M is 32 x 6 bits and a RAM64M 64 x 3 bits, 4 LUTs each (the paper keeps the FBCB
-    in registers; `Resources.fbcb_ff` gives that count for comparison)."""
-    depth, width = n_layers * bmax, fbcb_entry_bits(bmax, buffer)
-    return 4 * min(-(-depth // 32) * -(-width // 6), -(-depth // 64) * -(-width // 3))
+# Yosys's `memory_libmap` LUT RAM definitions (techlibs/xilinx/lutrams_*.txt): per fabric the simple
+# dual-port RAM's cost, its widthscale, its (address bits, width) shapes and the LUTs a primitive takes
+# (xc7: RAM32M / RAM64M in 4; UltraScale+: RAM32M16 / RAM64M8 in 8, hw/synth.py); a RAMB18 costs 129
+LUTRAM_LIBRARY = {"xc7": (8, 7, ((5, 6), (6, 3)), 4), "xcup": (16, 16, ((5, 14), (6, 7)), 8)}
+RAMB18_COST = 129
+
+
+def lutram_choice(depth: int, width: int, fabric: str = "xc7") -> tuple[float, int]:
+    """(cost, LUTs) of a depth x width memory in LUT RAM, in the shape Yosys's memory_libmap picks: the
+    cheapest by its score of a configuration, (cost - widthscale) per primitive + widthscale per
+    unit-width slice of every chunk, half a LUT per read-mux bit and per write-demux chunk, and 2 for its one
+    emulation point (docs/resources.md, "The FBCB's RAMB18")."""
+    cost, scale, shapes, luts = LUTRAM_LIBRARY[fabric]
+    best = (float("inf"), 0)
+    for abits, unit in shapes:
+        chunks = -(-depth // 2 ** abits)
+        prims = chunks * -(-width // unit)
+        score = (cost - scale) * prims + scale * chunks * width / unit + 0.5 * (chunks - 1) * width + 0.5 * chunks + 2
+        best = min(best, (score, luts * prims))
+    return best
+
+
+def lutram_cost(depth: int, width: int, fabric: str = "xc7") -> float:
+    """Yosys's cost of a depth x width memory in LUT RAM (`lutram_choice`)."""
+    return lutram_choice(depth, width, fabric)[0]
+
+
+def fbcb_ramb18s(n_layers: int, bmax: int, buffer: bool = False) -> int:
+    """RAMB18s the FBCB takes in block RAM: 2K x 9 each (one up to 2,048 entries of up to 9 bits)."""
+    return -(-(n_layers * bmax) // 2048) * -(-fbcb_entry_bits(bmax, buffer) // 9)
+
+
+def fbcb_in_bram(n_layers: int, bmax: int, buffer: bool = False, fabric: str = "xc7") -> bool:
+    """Whether Yosys maps the FBCB (L*Bmax entries of fbcb_entry_bits) to RAMB18s rather than LUT RAM:
+    where its LUT RAM costs more than the RAMB18s (27 measured shapes on xc7 and xcup, all as this says,
+    each a single RAMB18; docs/figures/resources/fbcb_shapes.json)."""
+    return (lutram_cost(n_layers * bmax, fbcb_entry_bits(bmax, buffer), fabric)
+            > RAMB18_COST * fbcb_ramb18s(n_layers, bmax, buffer))
+
+
+def fbcb_bram36(n_layers: int, bmax: int, buffer: bool = False, fabric: str = "xc7") -> float:
+    """BRAM36 of the FBCB: half a BRAM36 a RAMB18 where Yosys puts it in block RAM (`fbcb_in_bram`), else 0."""
+    return 0.5 * fbcb_ramb18s(n_layers, bmax, buffer) if fbcb_in_bram(n_layers, bmax, buffer, fabric) else 0.0
+
+
+def fbcb_lutram(n_layers: int, bmax: int, buffer: bool = False, fabric: str = "xc7") -> int:
+    """LUTs of the FBCB memory (L*Bmax entries of fbcb_entry_bits) where it stays in distributed RAM, in
+    the shape Yosys picks (`lutram_choice`; 0 where it is a RAMB18, `fbcb_in_bram`). The paper keeps the
+    FBCB in registers; `Resources.fbcb_ff` gives that count for comparison."""
+    if fbcb_in_bram(n_layers, bmax, buffer, fabric):
+        return 0
+    return lutram_choice(n_layers * bmax, fbcb_entry_bits(bmax, buffer), fabric)[1]
 
 
 def merge_luts(axi_ports: int) -> int:
@@ -370,15 +418,17 @@ def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_
 
 def control_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int,
                   costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-                  banks: int | None = None, port_bits: int = 64, buffer: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  banks: int | None = None, port_bits: int = 64, buffer: bool = False,
+                  fabric: str = "xc7") -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the control part: sequencer, registers (with the FBCB), top glue and the DMA
     with `axi_ports` AXI masters P (the DSE's choice, at most the board's HP ports) of `port_bits`;
-    `buffer`: the FBCB entries carry the BUFFERED bit (the buffer itself: `input_buffer_logic`)."""
+    `buffer`: the FBCB entries carry the BUFFERED bit (the buffer itself: `input_buffer_logic`);
+    `fabric`: Yosys's family, which decides whether the FBCB is LUT RAM or a RAMB18 (`fbcb_in_bram`)."""
     TP, TC = np.asarray(TP), np.asarray(TC)
     nmax, ports, nb = dma_words(TP, TC), 2 * TP + 2 * TC, banks or input_banks(bmax)
     dl, df = dma_logic(nmax, axi_ports, costs, port_bits)
     lut = (costs.lut_base + costs.lut_per_dma_word * nmax + costs.lut_per_port_word * ports
-           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax, buffer) + dl)
+           + costs.lut_per_bank * nb + fbcb_lutram(n_layers, bmax, buffer, fabric) + dl)
     ff = (costs.ff_base + costs.ff_per_dma_word * nmax + costs.ff_per_port_word * ports
           + costs.ff_per_bank * nb + fbcb_entry_bits(bmax, buffer) + df)
     return lut, ff
@@ -422,12 +472,14 @@ def engine_logic(TP: np.ndarray, TC: np.ndarray, bmax: int, stackable: bool,
 
 def logic_use(TP: np.ndarray, TC: np.ndarray, bmax: int, n_layers: int, stackable: bool,
               costs: LogicCosts = DEFAULT_LOGIC, axi_ports: int = 1, *,
-              banks: int | None = None, port_bits: int = 64, buffer: bool = False) -> tuple[np.ndarray, np.ndarray]:
+              banks: int | None = None, port_bits: int = 64, buffer: bool = False,
+              fabric: str = "xc7") -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) estimate of the whole NPU: control + engine, LUTs rounded up. LUTs of the
     engine's buffers do not count: the DSE places them in BRAM/URAM (memory_use). `port_bits`
     (the AXI ports' data width) adds what the 64-bit-port fit leaves out; the FPGA family adds
     nothing (WidePortCosts)."""
-    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks, port_bits=port_bits, buffer=buffer)
+    cl, cf = control_logic(TP, TC, bmax, n_layers, costs, axi_ports, banks=banks, port_bits=port_bits, buffer=buffer,
+                           fabric=fabric)
     el, ef = engine_logic(TP, TC, bmax, stackable, costs, banks=banks)
     return np.ceil(cl + el), np.ceil(cf + ef)
 
@@ -439,7 +491,7 @@ class Resources:
     uram: float
     lut: int
     ff: int
-    fbcb_ff: int    # FBCB bits: the paper's register count (the RTL keeps the FBCB in LUT RAM)
+    fbcb_ff: int    # FBCB bits: the paper's register count (the RTL keeps the FBCB in LUT RAM or a RAMB18)
     placement: dict[str, str] = field(default_factory=dict)   # memory_placement: what the RTL builds
 
     def utilisation(self, board: Board) -> dict[str, float]:
@@ -462,9 +514,11 @@ def design_resources(TR: int, TP: int, TC: int, board: Board, bmax: int, n_layer
     input buffer (0: none)."""
     bram, uram, placement = memory_placement(TR, TP, TC, board, bmax, banks=banks)
     buffer = input_buffer > 0
+    fabric = fabric_of(board)
+    bram += fbcb_bram36(n_layers, bmax, buffer, fabric)
     lut, ff = logic_use(np.array(TP), np.array(TC), bmax, n_layers, stackable,
                         axi_ports=ports or board.npu_axi_ports, banks=banks,
-                        port_bits=board.hp_width_bits, buffer=buffer)
+                        port_bits=board.hp_width_bits, buffer=buffer, fabric=fabric)
     if buffer:
         ram = input_buffer_bram36(TP, input_buffer)
         bl, bf = input_buffer_logic(np.array(TP), np.array(TC), input_buffer_per_bank(TP, input_buffer))
@@ -480,30 +534,32 @@ def feasible_designs(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Boar
     (`ports` AXI masters; None: the board's); `buffer`: with room for a block input buffer of at least
     a BRAM36 a bank (`buffer_room` >= 1)."""
     return (logic_fits(TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
-            & memory_fits(TR, TP, TC, board, bmax, banks=banks, reserve=buffer_reserve(TP, buffer)))
+            & memory_fits(TR, TP, TC, board, bmax, banks=banks,
+                           reserve=bram_reserve(TP, buffer, n_layers, bmax, board)))
 
 
 def logic_fits(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool, *,
                banks: int | None = None, ports: int | None = None, buffer: bool = False) -> np.ndarray:
     """The part of `feasible_designs` that does not depend on TR: DSPs, LUTs and FFs (with `buffer`, also
     those of a block input buffer of 4 BRAM36 a bank, the least `buffer_room` prices)."""
-    axi_ports = ports or board.npu_axi_ports
+    axi_ports, fabric = ports or board.npu_axi_ports, fabric_of(board)
     lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=axi_ports, banks=banks,
-                        port_bits=board.hp_width_bits)
+                        port_bits=board.hp_width_bits, fabric=fabric)
     ok = ((np.asarray(TP) * np.asarray(TC) <= board.limit("dsp")) & (lut <= board.limit("lut"))
           & (ff <= board.limit("ff")))
     if buffer:
         lut, ff = logic_use(TP, TC, bmax, n_layers, stackable, axi_ports=axi_ports, banks=banks,
-                            port_bits=board.hp_width_bits, buffer=True)
+                            port_bits=board.hp_width_bits, buffer=True, fabric=fabric)
         lut4, bff = input_buffer_logic(np.asarray(TP), np.asarray(TC), 4)
         ok = ok & (lut + lut4 <= board.limit("lut")) & (ff + bff <= board.limit("ff"))
     return ok
 
 
-def buffer_reserve(TP: np.ndarray, buffer: bool) -> np.ndarray | int:
-    """BRAM36 a design must leave beside its engine's memories: a BRAM36 a bank of the block input
-    buffer where one is built, else none."""
-    return buffer_banks_of(np.asarray(TP)) if buffer else 0
+def bram_reserve(TP: np.ndarray, buffer: bool, n_layers: int, bmax: int, board: Board) -> np.ndarray | float:
+    """BRAM36 a design must leave beside its engine's memories: a BRAM36 a bank of the block input buffer
+    where one is built, and the FBCB's RAMB18 where Yosys puts it in block RAM (`fbcb_bram36`)."""
+    fbcb = fbcb_bram36(n_layers, bmax, buffer, fabric_of(board))
+    return buffer_banks_of(np.asarray(TP)) + fbcb if buffer else fbcb
 
 
 def memory_fits(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, *,
@@ -549,7 +605,8 @@ def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: in
            tr_cap: int, *, banks: int | None = None, ports: int | None = None, buffer: bool = False) -> np.ndarray:
     """Largest TR <= tr_cap that fits, per (TP, TC); 0 where none does."""
     fits = logic_fits(TP, TC, board, bmax, n_layers, stackable, banks=banks, ports=ports, buffer=buffer)
-    return np.where(fits, memory_tr_max(TP, TC, board, bmax, tr_cap, banks=banks, reserve=buffer_reserve(TP, buffer)), 0)
+    reserve = bram_reserve(TP, buffer, n_layers, bmax, board)
+    return np.where(fits, memory_tr_max(TP, TC, board, bmax, tr_cap, banks=banks, reserve=reserve), 0)
 
 
 def memory_tr_max(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, tr_cap: int, *,

@@ -30,7 +30,7 @@ from fluidnpu.dse.buffer_fit import block_words
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
                                      layer_cycles_bound, layer_cycles_low, layer_edge, layer_inside, layer_parts, layer_setup,
                                      mode_costs, row_blocks, windows)
-from fluidnpu.dse.resource_model import (Resources, buffer_reserve, buffer_room, buffers_bram36, design_resources,
+from fluidnpu.dse.resource_model import (Resources, bram_reserve, buffer_room, buffers_bram36, design_resources,
                                          feasible_designs, input_buffer_per_bank, input_buffer_words, logic_fits,
                                          memory_tr_max, over_limits)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
@@ -674,7 +674,8 @@ def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list
                 for buf in sorted(options.buffer_options(), reverse=True):
                     if (nb, buf) not in memory_tr:
                         memory_tr[nb, buf] = memory_tr_max(TP_all, TC_all, board, options.bmax, tr_cap, banks=nb,
-                                                           reserve=buffer_reserve(TP_all, buf))
+                                                           reserve=bram_reserve(TP_all, buf, len(layers), options.bmax,
+                                                                                  board))
                     fits = logic_fits(TP_all, TC_all, board, options.bmax, len(layers), st, banks=nb, ports=p,
                                       buffer=buf)
                     tr_max = np.where(fits, memory_tr[nb, buf], 0)

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, bram36_for, control_logic, design_resources, dma_words,
-                                         engine_logic, fbcb_lutram, input_banks, logic_use, max_tr, memories,
-                                         memory_use, merge_luts, skew_bits, uram_for)
+from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, bram36_for, bram_reserve, control_logic,
+                                         design_resources, dma_words, engine_logic, fbcb_bram36, fbcb_in_bram, fbcb_lutram,
+                                         input_banks, logic_use, lutram_cost, max_tr, memories, memory_use, merge_luts,
+                                         skew_bits, uram_for)
 from fluidnpu.hw.regmap import CHAIN, fbcb_entry_bits, nmax
 
 
@@ -205,10 +206,45 @@ def test_control_terms():
 
 
 def test_fbcb_lut_ram():
-    # RAM32M: 32 x 6 bits, RAM64M: 64 x 3 bits, 4 LUTs each
+    # RAM32M: 32 x 6 bits, RAM64M: 64 x 3 bits, 4 LUTs each, in the shape Yosys scores cheapest
     assert fbcb_entry_bits(2) == 3 and fbcb_lutram(8, 2) == 4          # 16 x 3: one RAM32M
     assert fbcb_lutram(54, 8) == 56                              # 432 x 5: 14 RAM32M = 7 x 2 RAM64M
+    assert fbcb_lutram(120, 4) == 64                             # 480 x 4: 16 RAM64M (15 RAM32M score more)
     assert fbcb_lutram(1, 1) == 4
+
+
+def test_fbcb_is_lut_ram_or_a_ramb18_where_yosys_puts_it():
+    """Every FBCB shape synthesized (docs/figures/resources/fbcb_shapes.json: Yosys 0.23 and 0.70, xc7 and
+    xcup) is where Yosys's memory_libmap cost puts it, and its LUT RAM is the model's 4 LUTs a cell."""
+    rows = json.loads(Path("docs/figures/resources/fbcb_shapes.json").read_text())["rows"]
+    assert {r["mapped_to"] for r in rows} == {"LUT RAM", "RAMB18"} and {r["family"] for r in rows} == {"xc7", "xcup"}
+    for r in rows:
+        shape = (r["layers"], r["bmax"], r["buffer"], r["family"])
+        assert fbcb_in_bram(*shape) == (r["mapped_to"] == "RAMB18"), r
+        assert fbcb_bram36(*shape) == (0.5 if r["mapped_to"] == "RAMB18" else 0.0)
+        if r["mapped_to"] == "RAMB18":
+            assert fbcb_lutram(*shape) == 0
+        else:   # RAM32M / RAM64M: 4 LUTs (xc7); RAM32M16 / RAM64M8: 8 (xcup)
+            assert fbcb_lutram(*shape) == {"xc7": 4, "xcup": 8}[r["family"]] * r["lutram_cells"], r
+
+
+def test_lutram_cost_is_memory_libmaps():
+    # 480 x 5 on xc7: 8 chunks of 64 x 3 (16 RAM64M): 16 + 7*8*5/3 + 0.5*7*5 + 0.5*8 + 2
+    assert lutram_cost(480, 5) == pytest.approx(16 + 7 * 8 * 5 / 3 + 17.5 + 4 + 2)
+    assert lutram_cost(448, 5) < 129 < lutram_cost(480, 5)
+    # UltraScale+'s wider LUT RAM keeps 480 x 5 (63 x 8 layers' FBCB without the buffer bit) in LUTs
+    assert lutram_cost(504, 5, "xcup") < 129 < lutram_cost(504, 6, "xcup")
+
+
+def test_the_fbcbs_ramb18_counts_in_the_design_and_its_bram_ceiling():
+    zc706 = load_board("zc706")
+    small, big = (design_resources(1024, 8, 16, zc706, 8, layers, True) for layers in (8, 63))
+    assert big.bram36 - small.bram36 == 0.5 and big.lut < small.lut
+    assert bram_reserve(np.array([8]), False, 63, 8, zc706) == 0.5 and bram_reserve(np.array([8]), False, 8, 8, zc706) == 0
+    # at the ceiling: the largest TR the 8-layer design fits leaves less than half a BRAM36 for the FBCB
+    tr8, tr63 = (int(max_tr(np.array([8]), np.array([16]), zc706, 8, layers, True, 1 << 16)[0]) for layers in (8, 63))
+    assert tr63 <= tr8
+    assert design_resources(tr63, 8, 16, zc706, 8, 63, True).bram36 <= zc706.limit("bram36")
 
 
 def test_constants_are_the_documented_fit():
@@ -221,14 +257,16 @@ def test_constants_are_the_documented_fit():
     assert doc["model_up_to_date"] and one_port(doc["refit_costs"]) == one_port(asdict(DEFAULT_LOGIC))
     assert all(v >= 0 for v in asdict(DEFAULT_LOGIC).values())
     for row in doc["rows"]:
-        banks, ports = row["banks"], row["ports"]
+        banks, ports, fabric = row["banks"], row["ports"], row["family"]
         if row["scope"] == "engine":          # an EngineCore synthesized alone: the engine terms only
             lut, ff = (np.ceil(v) for v in engine_logic(row["TP"], row["TC"], row["bmax"], True, banks=banks))
         elif row["scope"] == "control":       # sequencer, registers and DMA alone: the control terms only
             lut, ff = (np.ceil(v) for v in control_logic(row["TP"], row["TC"], row["bmax"], row["layers"],
-                                                         axi_ports=ports, banks=banks))
+                                                         axi_ports=ports, banks=banks, fabric=fabric))
+            assert row["model_bram36"] == fbcb_bram36(row["layers"], row["bmax"], False, fabric) == row["yosys_bram36"]
         else:
-            lut, ff = logic_use(row["TP"], row["TC"], row["bmax"], row["layers"], True, axi_ports=ports, banks=banks)
+            lut, ff = logic_use(row["TP"], row["TC"], row["bmax"], row["layers"], True, axi_ports=ports, banks=banks,
+                                fabric=fabric)
         assert (row["model_lut"], row["model_ff"]) == (int(lut), int(ff)), row["config"]
         macs = 0 if row["scope"] == "control" else row["TP"] * row["TC"]
         assert row["model_dsp"] == macs == row["yosys_dsp"], row["config"]

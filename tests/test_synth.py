@@ -340,3 +340,18 @@ def test_units_synthesized_alone_merge_into_one_report(benchmark_module):
     assert set(rep["memories"]) == {"npu.core.acc0", "npu.seq.bank0"}
     assert cal.buffer_class("npu.core.acc0") == "accumulator"
     assert set(rep["dsp_sources"]) == {"npu.core: x.v:1", "npu.seq: x.v:2"}
+
+
+@pytest.mark.parametrize("layers", [56, 60])
+def test_the_fbcb_maps_where_the_resource_model_prices_it(layers, tmp_path):
+    """Either side of the threshold the model takes from Yosys's memory_libmap cost (448 x 5 entries stay
+    LUT RAM, 480 x 5 become a RAMB18): the register block's FBCB as Yosys maps it, LUTs and BRAM alike."""
+    from fluidnpu.dse.resource_model import fbcb_bram36, fbcb_lutram
+    from fluidnpu.hw.registers import NpuRegisters
+    from fluidnpu.hw.regmap import NpuParams
+
+    rep = synthesize(NpuRegisters(NpuParams(TR=16, TP=4, TC=4, bmax=8, layers=layers, axi_dw=64)), "regs",
+                     workdir=tmp_path)
+    fbcb = rep.memories["regs.fbcb"]
+    assert (fbcb.bram36, fbcb.lutram) == (fbcb_bram36(layers, 8), fbcb_lutram(layers, 8))
+    assert rep.total.bram36 == fbcb_bram36(layers, 8)
