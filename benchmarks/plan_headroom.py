@@ -26,19 +26,21 @@ HEADROOMS = (0.0, 0.1, 0.25, 0.5, 1.0)
 
 
 def ensure_designs(devices: list[dict]) -> None:
-    """The example's bundles (build/fleet/), from the DSE if they are not there yet."""
+    """The example's bundles (build/fleet/): `fluidnpu dse`'s pick of each, through the evaluation's design
+    cache (scheduler_fw/designs.py: keyed by the model's source, so a bundle an earlier model built is never
+    replayed), written over whatever build/fleet/ holds."""
     from fluidnpu.boards import load_board
-    from fluidnpu.bundle import bundle_from_result
-    from fluidnpu.dse.search import explore
+    from fluidnpu.scheduler_fw.designs import design_for
+    from fluidnpu.scheduler_fw.registry import FLUID
     from fluidnpu.zoo import zoo_model
 
     wanted = {"r50_zc706.json": ("resnet50", "zc706"), "iv3_zcu104.json": ("inceptionv3", "zcu104")}
     for d in devices:
         path = Path(d["design"])
-        if not path.is_file():
-            model, board = wanted[path.name]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            bundle_from_result(explore(zoo_model(model), load_board(board))).save(path)
+        model, board = wanted[path.name]
+        bundle, _ = design_for(zoo_model(model), load_board(board), FLUID, bmax=8)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bundle.save(path)
 
 
 def main() -> None:

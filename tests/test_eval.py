@@ -85,6 +85,28 @@ def test_design_cache_hits_and_recovers_from_corruption(tiny_board, tiny_workloa
     assert all(load_bundle(f) for f in files)
 
 
+def test_fleet_study_takes_its_bundles_from_the_design_cache(tiny_board, tiny_workload, tmp_path, monkeypatch,
+                                                             benchmark_module):
+    """benchmarks/plan_headroom.py replays the bundles the design cache holds for the current model, written
+    over any an earlier model left in build/fleet/ (it used to reuse whatever file was there)."""
+    import fluidnpu.scheduler_fw.designs as designs
+
+    fresh, _ = design_for(tiny_workload, tiny_board, FLUID, 4, tmp_path)
+    asked = []
+
+    def cached(workload, board, kind, bmax, cache_dir=None, progress=None):
+        asked.append((workload.name, board.name, kind, bmax))
+        return fresh, True
+    monkeypatch.setattr(designs, "design_for", cached)
+    stale = tmp_path / "fleet" / "r50_zc706.json"
+    stale.parent.mkdir()
+    stale.write_text(json.dumps({"left": "by an earlier model"}))
+    benchmark_module("plan_headroom").ensure_designs([{"design": str(stale)}, {"design": str(tmp_path / "iv3_zcu104.json")}])
+    assert [(b, k, n) for _, b, k, n in asked] == [("zc706", FLUID, 8), ("zcu104", FLUID, 8)]
+    assert [a[0] for a in asked] == ["ResNet-50", "Inception-v3"]
+    assert load_bundle(stale).data == fresh.data == load_bundle(tmp_path / "iv3_zcu104.json").data
+
+
 def test_bundle_without_latency_tables_is_refused(tiny_bundle_path, tmp_path):
     data = json.loads(tiny_bundle_path.read_text())
     del data["latency"]
