@@ -24,6 +24,7 @@ from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import ArrayLike, windows
 from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, buffer_window, chain_count,
                                 fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words)
+from fluidnpu.hw.synth import LUTRAM_LUTS
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
 BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
@@ -342,9 +343,10 @@ def dma_words(TP: np.ndarray, TC: np.ndarray) -> np.ndarray:
 
 
 # Yosys's `memory_libmap` LUT RAM definitions (techlibs/xilinx/lutrams_*.txt): per fabric the simple
-# dual-port RAM's cost, its widthscale, its (address bits, width) shapes and the LUTs a primitive takes
-# (xc7: RAM32M / RAM64M in 4; UltraScale+: RAM32M16 / RAM64M8 in 8, hw/synth.py); a RAMB18 costs 129
-LUTRAM_LIBRARY = {"xc7": (8, 7, ((5, 6), (6, 3)), 4), "xcup": (16, 16, ((5, 14), (6, 7)), 8)}
+# dual-port RAM's cost, its widthscale and its (address bits, width, primitive) shapes, each primitive
+# taking the LUTs hw/synth.py counts for it (LUTRAM_LUTS); a RAMB18 costs 129
+LUTRAM_LIBRARY = {"xc7": (8, 7, ((5, 6, "RAM32M"), (6, 3, "RAM64M"))),
+                  "xcup": (16, 16, ((5, 14, "RAM32M16"), (6, 7, "RAM64M8")))}
 RAMB18_COST = 129
 
 
@@ -353,13 +355,13 @@ def lutram_choice(depth: int, width: int, fabric: str = "xc7") -> tuple[float, i
     cheapest by its score of a configuration, (cost - widthscale) per primitive + widthscale per
     unit-width slice of every chunk, half a LUT per read-mux bit and per write-demux chunk, and 2 for its one
     emulation point (docs/resources.md, "The FBCB's RAMB18")."""
-    cost, scale, shapes, luts = LUTRAM_LIBRARY[fabric]
+    cost, scale, shapes = LUTRAM_LIBRARY[fabric]
     best = (float("inf"), 0)
-    for abits, unit in shapes:
+    for abits, unit, primitive in shapes:
         chunks = -(-depth // 2 ** abits)
         prims = chunks * -(-width // unit)
         score = (cost - scale) * prims + scale * chunks * width / unit + 0.5 * (chunks - 1) * width + 0.5 * chunks + 2
-        best = min(best, (score, luts * prims))
+        best = min(best, (score, LUTRAM_LUTS[primitive] * prims))
     return best
 
 

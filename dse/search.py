@@ -673,9 +673,9 @@ def design_spaces(workload: Workload, board: Board, options: DSEOptions) -> list
             for st in sorted(options.stackable_options(), reverse=True):
                 for buf in sorted(options.buffer_options(), reverse=True):
                     if (nb, buf) not in memory_tr:
+                        reserve = bram_reserve(TP_all, buf, len(layers), options.bmax, board)
                         memory_tr[nb, buf] = memory_tr_max(TP_all, TC_all, board, options.bmax, tr_cap, banks=nb,
-                                                           reserve=bram_reserve(TP_all, buf, len(layers), options.bmax,
-                                                                                  board))
+                                                           reserve=reserve)
                     fits = logic_fits(TP_all, TC_all, board, options.bmax, len(layers), st, banks=nb, ports=p,
                                       buffer=buf)
                     tr_max = np.where(fits, memory_tr[nb, buf], 0)
