@@ -586,7 +586,8 @@ class LayerCosts:
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
         fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
-        fetch = self._walk_kinds(kinds) + fixed
+        walks = [self._walk(*kind) for kind in kinds]
+        fetch = sum(walks) + fixed
         compute = self.n_p * t
         handed = self._walk_kinds(kinds, handover=True) + fixed if self.bus.n_ports > 1 else fetch
         balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
@@ -595,9 +596,15 @@ class LayerCosts:
         steps = np.maximum(np.maximum(compute, paced), balance)
         if self.bus.n_ports > 1 and self.fill is None:
             # a step's reads wait in the ports while the core works through the step two before; its data
-            # enters the staging half the core releases, at the ports' pace, and restarts through the merge
-            beats = sum(np.asarray(w_beats) + np.asarray(in_beats) for _, w_beats, _, in_beats, _ in kinds)
-            steps = np.maximum(steps, beats + self.n_p * tm.port_restart + fixed)
+            # enters the staging half the core releases, at the ports' pace, and restarts through the merge.
+            # Each kind of step at its own pace, as `fetch` walks them: the longer of its reads' walk and
+            # its beats plus the restart (docs/interpretations.md, "The ports' restart")
+            restarted = [np.asarray(w_beats) + np.asarray(in_beats) + tm.port_restart * np.asarray(n)
+                         for _, w_beats, _, in_beats, n in kinds]
+            if len(kinds) == 1:     # the same bound on the kind's (smaller) shape, before it broadcasts
+                steps = np.maximum(steps, restarted[0] + fixed)
+            else:
+                steps = np.maximum(steps, sum(np.maximum(w, r) for w, r in zip(walks, restarted)) + fixed)
         busiest = self.busiest_port(t, tile, groups)
         if busiest is not None:
             steps = np.maximum(steps, self.n_p * busiest + fixed)
