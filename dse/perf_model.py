@@ -651,7 +651,9 @@ class LayerCosts:
         if self._excess is not None:
             fixed = fixed + tg * self._excess
         in_cmds = tg * runs_c + first_c
-        beats = tg * beats_c - t * pad * pad_c + first_b
+        padded = not (np.ndim(pad) == 0 and pad == 0)      # the padding's saving is 0 in most blocks
+        pad_beats = t * pad * pad_c if padded else 0.0
+        beats = tg * beats_c - pad_beats + first_b
         if self.fill is not None:
             # the next row block's fill (taken as this block's size) shares the ports with this row block's
             # steps in every column tile: a tile's share of it
@@ -664,7 +666,7 @@ class LayerCosts:
         # "Steps of two kinds"); the weights, the steps' first rows and the padding go by step count
         steps, share, runs_s, beats_s = split
         s_cmds = tg * runs_s + first_c * share
-        s_beats = tg * beats_s + (first_b - t * pad * pad_c) * share
+        s_beats = tg * beats_s + (first_b - pad_beats) * share
         w_cmds, w_beats = np.asarray(tile.weight_cmds), np.asarray(tile.weight_beats)
         return fixed, [(w_cmds * (1 - share), w_beats * (1 - share), in_cmds - s_cmds, beats - s_beats,
                         self.n_p - steps),
