@@ -576,9 +576,9 @@ class LayerCosts:
         next step. H is F on one port; on several ports it ends at the step's
         last command, before the weight walker's cycle a step (`_walk`'s
         `handover`), and the skew adds the beats still in flight then. On
-        several ports a step also takes its beats on the ports plus
-        `port_restart` (its reads wait there for the staging half; not for a
-        buffered layer, whose inputs come from the buffer).
+        several ports each kind of step (`_step_kinds`) also takes its beats on
+        the ports plus `port_restart` (its reads wait there for the staging half;
+        not for a buffered layer, whose inputs come from the buffer).
         `extra`: fetcher cycles spent before the block (a new pass's set-up).
         The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
