@@ -365,11 +365,6 @@ def lutram_choice(depth: int, width: int, fabric: str = "xc7") -> tuple[float, i
     return best
 
 
-def lutram_cost(depth: int, width: int, fabric: str = "xc7") -> float:
-    """Yosys's cost of a depth x width memory in LUT RAM (`lutram_choice`)."""
-    return lutram_choice(depth, width, fabric)[0]
-
-
 def fbcb_ramb18s(n_layers: int, bmax: int, buffer: bool = False) -> int:
     """RAMB18s the FBCB takes in block RAM: 2K x 9 each (one up to 2,048 entries of up to 9 bits)."""
     return -(-(n_layers * bmax) // 2048) * -(-fbcb_entry_bits(bmax, buffer) // 9)
@@ -379,8 +374,8 @@ def fbcb_in_bram(n_layers: int, bmax: int, buffer: bool = False, fabric: str = "
     """Whether Yosys maps the FBCB (L*Bmax entries of fbcb_entry_bits) to RAMB18s rather than LUT RAM:
     where its LUT RAM costs more than the RAMB18s (27 measured shapes on xc7 and xcup, all as this says,
     each a single RAMB18; docs/figures/resources/fbcb_shapes.json)."""
-    return (lutram_cost(n_layers * bmax, fbcb_entry_bits(bmax, buffer), fabric)
-            > RAMB18_COST * fbcb_ramb18s(n_layers, bmax, buffer))
+    cost, _ = lutram_choice(n_layers * bmax, fbcb_entry_bits(bmax, buffer), fabric)
+    return cost > RAMB18_COST * fbcb_ramb18s(n_layers, bmax, buffer)
 
 
 def fbcb_bram36(n_layers: int, bmax: int, buffer: bool = False, fabric: str = "xc7") -> float:

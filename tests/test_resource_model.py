@@ -13,7 +13,7 @@ import pytest
 from fluidnpu.boards import load_board
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, bram36_for, bram_reserve, control_logic,
                                          design_resources, dma_words, engine_logic, fbcb_bram36, fbcb_in_bram, fbcb_lutram,
-                                         input_banks, logic_use, lutram_cost, max_tr, memories, memory_use, merge_luts,
+                                         input_banks, logic_use, lutram_choice, max_tr, memories, memory_use, merge_luts,
                                          skew_bits, uram_for)
 from fluidnpu.hw.regmap import CHAIN, fbcb_entry_bits, nmax
 
@@ -230,10 +230,10 @@ def test_fbcb_is_lut_ram_or_a_ramb18_where_yosys_puts_it():
 
 def test_lutram_cost_is_memory_libmaps():
     # 480 x 5 on xc7: 8 chunks of 64 x 3 (16 RAM64M): 16 + 7*8*5/3 + 0.5*7*5 + 0.5*8 + 2
-    assert lutram_cost(480, 5) == pytest.approx(16 + 7 * 8 * 5 / 3 + 17.5 + 4 + 2)
-    assert lutram_cost(448, 5) < 129 < lutram_cost(480, 5)
+    assert lutram_choice(480, 5)[0] == pytest.approx(16 + 7 * 8 * 5 / 3 + 17.5 + 4 + 2)
+    assert lutram_choice(448, 5)[0] < 129 < lutram_choice(480, 5)[0]
     # UltraScale+'s wider LUT RAM keeps 480 x 5 (63 x 8 layers' FBCB without the buffer bit) in LUTs
-    assert lutram_cost(504, 5, "xcup") < 129 < lutram_cost(504, 6, "xcup")
+    assert lutram_choice(504, 5, "xcup")[0] < 129 < lutram_choice(504, 6, "xcup")[0]
 
 
 def test_the_fbcbs_ramb18_counts_in_the_design_and_its_bram_ceiling():
