@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic,
-                                         merge_luts)
+                                         merge_luts, zero_luts)
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.synth import _to_verilog, find_yosys, parse_results, synthesize
 
@@ -39,7 +39,7 @@ POINTS = ((32, 1, 64), (32, 2, 64), (32, 4, 64), (128, 1, 64), (128, 2, 64), (12
           (32, 4, 128), (128, 4, 128))   # (NMAX, ports, data bits)
 TAG_WIDTH = 12
 FIELDS = ("lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word",
-          "lut_per_merge_word")
+          "lut_per_merge_word", "lut_per_zero_word")
 WIDE_FIELDS = ("lut_per_port_bit", "lut_per_port_bit_word", "ff_per_port_bit")
 Point = tuple[int, int, int]
 
@@ -71,23 +71,28 @@ def measure(root: Path, reuse: bool) -> dict[Point, dict[str, float]]:
 
 
 def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
-    """One port: fixed + per-word from NMAX 32 and 128; the deal and merge: what 2 and 4 ports add
-    beyond whole extra ports (mean over the multi-port points, per NMAX word and select LUT level,
-    `merge_luts`: flat from 2 to 4 ports); the data width: 4 ports at 128 against 64 bits, per port per bit."""
+    """One port: fixed + per-word from NMAX 32 and 128; the deal and merge: what 2 ports add beyond a
+    whole extra port (mean over NMAX 32 and 128, per NMAX word and select LUT level, `merge_luts`: flat
+    from 2 to 4 ports); the input stream's zero answer: what 4 ports add beyond that (per NMAX word,
+    `zero_luts`: none on 2 ports, where it packs into the select's LUT); the data width: 4 ports at 128
+    against 64 bits, per port per bit."""
     def one(n: int, key: str) -> float:
         return points[(n, 1, 64)][key]
 
     per_word = {k: (one(128, k) - one(32, k)) / 96 for k in ("lut", "ff")}
     fixed = {k: one(32, k) - 32 * per_word[k] for k in ("lut", "ff")}
     merge = [(v["lut"] - p * one(n, "lut")) / (merge_luts(p) * n) for (n, p, dw), v in points.items()
-             if p > 1 and dw == 64]
+             if p > 1 and dw == 64 and not zero_luts(p)]
+    merge_word = round(sum(merge) / len(merge), 1)
+    zero = [(v["lut"] - p * one(n, "lut") - merge_luts(p) * merge_word * n) / (zero_luts(p) * n)
+            for (n, p, dw), v in points.items() if dw == 64 and zero_luts(p)]
     def wide(n: int, k: str) -> float:
         return (points[(n, 4, 128)][k] - points[(n, 4, 64)][k]) / (4 * 64)
 
     wide_word = (wide(128, "lut") - wide(32, "lut")) / 96
     return {"lut_per_axi_port": round(fixed["lut"], 0), "ff_per_axi_port": round(fixed["ff"], 0),
             "lut_per_axi_port_word": round(per_word["lut"], 1), "ff_per_axi_port_word": round(per_word["ff"], 1),
-            "lut_per_merge_word": round(sum(merge) / len(merge), 1),
+            "lut_per_merge_word": merge_word, "lut_per_zero_word": round(sum(zero) / len(zero), 1),
             "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2), "lut_per_port_bit_word": round(wide_word, 4),
             "ff_per_port_bit": round((wide(32, "ff") + wide(128, "ff")) / 2, 2)}
 

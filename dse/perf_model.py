@@ -196,12 +196,21 @@ class Bus:
         return self.port_bytes / self.bytes_per_cycle
 
     @property
+    def zero_beats(self) -> float:
+        """Beats a zero-fill input read is charged on the ports: one (its response holds a port's response
+        register for a cycle, and is dealt a port like any read) on one port or with one walker; none on
+        several ports with two walkers, where the DMA answers the input stream's zero reads itself, in
+        their place in the stream's order, without a port (hw/dma.py, `AxiDma`; docs/interpretations.md,
+        "Zero fills on several ports")."""
+        return 1.0 if self.n_ports == 1 or self.walkers == 1 else 0.0
+
+    @property
     def words_per_beat(self) -> int:
         return max(1, int(self.port_bytes // self.word_bytes))
 
     def stream(self, beats: ArrayLike, commands: ArrayLike) -> np.ndarray:
-        """Cycles of `commands` DMA commands moving `beats` beats (zero-fill responses count as
-        beats): the busier of the command stream and the ports."""
+        """Cycles of `commands` DMA commands moving `beats` beats (zero fills count as `zero_beats`):
+        the busier of the command stream and the ports."""
         return np.maximum(np.asarray(commands) * self.command_cycles, np.asarray(beats) * self.beat_cycles)
 
     def beats(self, words: ArrayLike, runs: ArrayLike = 1, grain: ArrayLike = 1) -> np.ndarray:
@@ -368,8 +377,8 @@ class LayerCosts:
     @property
     def zero_row(self) -> np.ndarray:
         """Read cycles of one padding row of a short group: every run a zero-fill command, one
-        response and no beat (hw/sequencer.py's fetcher, `rd_cmd_zero`)."""
-        return self.bus.stream(self.in_runs, self.in_runs)
+        response and no beat (hw/sequencer.py's fetcher, `rd_cmd_zero`; `Bus.zero_beats`)."""
+        return self.bus.stream(np.asarray(self.in_runs) * self.bus.zero_beats, self.in_runs)
 
     def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike,
                  copies: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -696,7 +705,7 @@ class LayerCosts:
         runs = np.minimum(self.in_runs, self.n_p) if bus.gather else np.asarray(self.in_runs, dtype=float)
         in_beats = np.asarray(self.in_beats, dtype=float)
         first_runs, first_beats = (0.0, 0.0) if bus.gather else (self.first_runs, self.first_beats)
-        return (runs * bus.command_cycles, in_beats * bus.beat_cycles, (in_beats - runs) * bus.beat_cycles,
+        return (runs * bus.command_cycles, in_beats * bus.beat_cycles, (in_beats - runs * bus.zero_beats) * bus.beat_cycles,
                 np.asarray(first_runs) * bus.command_cycles, np.asarray(first_beats) * bus.beat_cycles)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
@@ -789,7 +798,7 @@ def layer_costs(TPk: np.ndarray, P: np.ndarray, C: np.ndarray, taps: ArrayLike, 
     inside = np.asarray(inside, dtype=float)
 
     def beats(n_runs: np.ndarray, words: ArrayLike = P) -> np.ndarray:
-        return inside * bus.beats(words, n_runs, align) + (1 - inside) * n_runs
+        return inside * bus.beats(words, n_runs, align) + (1 - inside) * n_runs * bus.zero_beats
     in_beats = beats(runs)
     in_row = bus.stream(in_beats, runs)
     # the steps holding a kernel row's end: TPk words a row in two runs (`LayerCosts.split_steps`)
@@ -829,8 +838,10 @@ def row_excess_estimate(TPk: ArrayLike, n_p: ArrayLike, split: ArrayLike, cuts: 
     rest = np.maximum(np.asarray(n_p) - split, 0)
     cut_steps = np.minimum(rest, cuts)
     runs = 1 + np.asarray(cuts) / np.maximum(cut_steps, 1e-12)           # an edge row's runs in those steps
-    cut = _paced_apart(bus, [(1 - edge, 1.0, one), (edge, runs, (1 - pad) * bus.beats(TPk, runs, align) + pad * runs)])
-    plain = _paced_apart(bus, [(1 - edge * pad, 1.0, one), (edge * pad, 1.0, 1.0)])
+    zero = bus.zero_beats
+    cut = _paced_apart(bus, [(1 - edge, 1.0, one),
+                             (edge, runs, (1 - pad) * bus.beats(TPk, runs, align) + pad * runs * zero)])
+    plain = _paced_apart(bus, [(1 - edge * pad, 1.0, one), (edge * pad, 1.0, zero)])
     return cut_steps * cut + (rest - cut_steps) * plain
 
 
@@ -905,7 +916,7 @@ def im2col_row_reads(geometry, TPk: int, bus: Bus) -> RowReads:
     base = ((oy * g.sh - g.ph) * g.in_w + (ox * g.sw - g.pw)) * cin             # window origin, in words
 
     def cost_of(first: int, length: int, live: np.ndarray) -> np.ndarray:
-        return np.where(live, ((base + first) % wpb + length + wpb - 1) // wpb, 1)
+        return np.where(live, ((base + first) % wpb + length + wpb - 1) // wpb, bus.zero_beats)
 
     taps = np.zeros(len(oy))               # beats, one run a tap
     merged = np.zeros(len(oy))             # beats, one run a kernel row's piece
@@ -1136,16 +1147,23 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
 
     def blocks_cycles(price: BlockPrice, by_g: TileCosts, by_h: TileCosts) -> tuple[np.ndarray, np.ndarray]:
         """(a column tile's blocks, each priced by `price` (block or staging), its last block). Every group of
-        a pass streams all the pass's rows (a short group's extra rows are padding, priced evenly over the
-        blocks), so each block costs the same per row."""
-        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray,
-                        pad: ArrayLike = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        a pass streams all the pass's rows; a short group's rows beyond its samples' are padding, which
+        fills the pass's last blocks (`padded_blocks`)."""
+        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             n, s, big = split
-            small = price(s, tile, groups, pad=pad)
-            return (n - big) * small + big * price(s + 1, tile, groups, pad=pad), small
+            small = price(s, tile, groups)
+            return (n - big) * small + big * price(s + 1, tile, groups), small
         full, _ = pass_cycles(rb.full, by_g, setup.g)
-        last, last_block = pass_cycles(rb.last, by_h, setup.h, setup.pad)
-        return (setup.npass - 1) * full + last, last_block
+        if not np.any(setup.pad):
+            last, last_block = pass_cycles(rb.last, by_h, setup.h)
+            return (setup.npass - 1) * full + last, last_block
+        # the last pass: blocks of real rows, the block across the short group's last sample, padding blocks
+        last = np.zeros(np.broadcast(full, setup.pad).shape)
+        for count, t, pad in padded_blocks(rb.last, setup.rows_last, setup.pad):
+            last = last + count * price(t, by_h, setup.h, pad=pad)
+        # the drain takes the last block at the pass's even share of padding: concave in its rows, as the
+        # DSE's bound needs (`layer_cycles_bound`)
+        return (setup.npass - 1) * full + last, price(rb.last[1], by_h, setup.h, pad=setup.pad)
 
     def all_tiles(price: BlockPrice) -> tuple[np.ndarray, np.ndarray]:
         full, _ = blocks_cycles(price, setup.full_g, setup.full_h)
@@ -1158,6 +1176,32 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
     blocks, last_block = all_tiles(costs.block)
     # the fetcher's pace, or the staging loop's where blocks are a step or two of few rows (set-ups hide in it)
     return np.maximum(blocks + setups, all_tiles(costs.staging)[0]), last_block
+
+
+def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The last pass's blocks as (count, rows, padding) kinds, where a short group's share `pad` of its
+    `rows` rows is padding: that group's rows run in sample order, so its padding is the pass's last
+    rows: the blocks before its last sample's end have none (pad 0), the blocks after it are all
+    padding for that group (pad 1, in group units), and the block across it has the share beyond it.
+    Priced apart, not as blocks of an even share each: the padding's zero fills take no port time on
+    several ports (`Bus.zero_beats`), so the two kinds wait on different things (docs/interpretations.md,
+    "Zero fills on several ports")."""
+    n, s, big = (np.asarray(x) for x in split)
+    pad = np.asarray(pad, dtype=float)
+    real = np.rint((1 - pad) * np.asarray(rows))                       # the short group's rows of its samples
+    # blocks k < big hold s + 1 rows, the rest s: the index of the block holding row `real`
+    in_big = real < big * (s + 1)
+    k = np.where(in_big, real // (s + 1), big + (real - big * (s + 1)) // np.maximum(s, 1))
+    start = k * s + np.minimum(k, big)
+    size = np.where(k < big, s + 1, s)
+    across = np.where((real > start) & (k < n), 1, 0)                  # a block with rows on both sides
+    share = np.where(across == 1, 1 - (real - start) / np.maximum(size, 1), 0.0)
+    n_real, n_pad = k, n - k - across
+    real_big = np.minimum(n_real, big)
+    pad_big = np.maximum(big - n_real - across, 0)
+    return [(real_big, s + 1, 0.0), (n_real - real_big, s, 0.0), (across, size, share),
+            (pad_big, s + 1, 1.0), (n_pad - pad_big, s, 1.0)]
+
 
 
 def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:

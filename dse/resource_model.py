@@ -67,22 +67,24 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 3494.0
-    ff_base: float = 2946.0
-    lut_per_dma_word: float = 73.7       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
-    ff_per_dma_word: float = 55.3
-    lut_per_port_word: float = 67.9      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
-    ff_per_port_word: float = 26.9
-    lut_per_bank: float = 402.0          # per input bank (NB): group placement and rotation state, the writer's
+    lut_base: float = 3635.0
+    ff_base: float = 2973.0
+    lut_per_dma_word: float = 64.5       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    ff_per_dma_word: float = 50.5
+    lut_per_port_word: float = 72.5      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    ff_per_port_word: float = 32.7
+    lut_per_bank: float = 390.0          # per input bank (NB): group placement and rotation state, the writer's
                                          # second set of output cursors a group (a row block's later tiles)
-    ff_per_bank: float = 338.0
+    ff_per_bank: float = 329.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
     lut_per_axi_port: float = 789.0      # burst planning, address queues, outstanding counters, one-beat shifters
     ff_per_axi_port: float = 411.0
     lut_per_axi_port_word: float = 38.6  # per NMAX word: response slots and register, W queue (LUT RAM) and beat select
     ff_per_axi_port_word: float = 48.2
-    lut_per_merge_word: float = 34.5     # per NMAX word and N:1 select LUT level (`merge_luts`), N > 1: each
+    lut_per_merge_word: float = 36.8     # per NMAX word and N:1 select LUT level (`merge_luts`), N > 1: each
                                          # stream's response select over the ports, its ready, the deal
+    lut_per_zero_word: float = 19.3      # per NMAX word where the select fills its LUT6s (`zero_luts`): the
+                                         # input stream's zero-read answer, a gate after its select
     # engine
     lut_core_base: float = 58.9
     ff_core_base: float = 655.0
@@ -113,8 +115,8 @@ class WidePortCosts:
     xc7 and xcup once the DSP48E2s are packed as a vendor flow packs them (hw/synth.py; six plain and
     Stackable twins, docs/figures/resources/xcup_engines.json), so one fit prices both."""
 
-    lut_per_port_bit: float = 9.35       # per AXI port, per data bit beyond 64
-    lut_per_port_bit_word: float = 0.0353  # the same, per NMAX word
+    lut_per_port_bit: float = 9.38       # per AXI port, per data bit beyond 64
+    lut_per_port_bit_word: float = 0.0352  # the same, per NMAX word
     ff_per_port_bit: float = 1.95
 
 
@@ -399,16 +401,23 @@ def merge_luts(axi_ports: int) -> int:
     return 0 if axi_ports <= 1 else -(-axi_ports // 4)
 
 
+def zero_luts(axi_ports: int) -> int:
+    """LUT6s a bit of the input stream's zero-read answer takes after its N:1 select (hw/dma.py answers a
+    zero read of the input walker itself on several ports): none where the select's LUT6 has an input
+    left (2 ports: 2 data + 1 select; 3: 3 + 2), one where the select fills it (4 data + 2 select)."""
+    return int(axi_ports > 1 and axi_ports % 4 == 0)
+
+
 def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_LOGIC, port_bits: int = 64,
               wide: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[np.ndarray, np.ndarray]:
     """(LUT, FF) of the AXI DMA (hw/dma.py AxiDma): a ReadEngine + WriteEngine per port, NMAX words
     wide, `port_bits` wide on the bus, and, with more than one port, the deal of the two read streams and
     their per-stream response merge: each stream selects its next response among the N ports' (one
-    N:1 select of NMAX words a stream, `merge_luts`)."""
+    N:1 select of NMAX words a stream, `merge_luts`), the input stream's zeros after it (`zero_luts`)."""
     nmax = np.asarray(nmax)
     xl, xf = wide_port_logic(port_bits, axi_ports, nmax, wide)
     lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
-        + merge_luts(axi_ports) * costs.lut_per_merge_word * nmax + xl
+        + (merge_luts(axi_ports) * costs.lut_per_merge_word + zero_luts(axi_ports) * costs.lut_per_zero_word) * nmax + xl
     ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax) + xf
     return lut, ff
 

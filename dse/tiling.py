@@ -177,7 +177,7 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     staged = 0.0                     # the staging loop's pace (`LayerCosts.staging`), beside the fetcher's
     regroups = 0.0
     prev = None
-    pad = 0.0
+    pass_pad = 0.0
     for blk in sched.blocks:
         tile = tile_of(blk)
         # a pass starts at its groups' row 0, in the first column tile
@@ -189,9 +189,10 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
             if prev is not None and blk.pass_groups != prev.pass_groups:
                 # another group count: the core empties before the pass's first step
                 regroups += float(costs.regroup(prev.rows, blk.rows, tile, blk.pass_groups))
-            pad = _pass_padding(sched, blk)
-        # every group of the pass streams the block's rows (a short group's are padding: zero-fill
-        # reads and no write-back, priced evenly over the pass's blocks as the closed form does)
+            pass_pad = _pass_padding(sched, blk)
+        # every group of the pass streams the block's rows (a short group's beyond its samples' are
+        # padding: zero-fill reads and no write-back)
+        pad = _block_padding(blk)
         total += block_of(blk, pad)
         staged += float(costs.staging(blk.rows, tile, blk.pass_groups, pad=pad))
         prev = blk
@@ -199,15 +200,23 @@ def schedule_cycles(sched: LayerSchedule, P: int, G: int, bytes_per_cycle: float
     first, last = sched.blocks[0], sched.blocks[-1]
     total += float(costs.prologue(first.rows, tile_of(first), first.pass_groups))
     last_tile = tile_of(last)
-    last_block = block_of(last, pad)
-    total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p), pad=pad))
+    # the drain takes the last block at its pass's even share of padding (`perf_model._body`)
+    last_block = block_of(last, pass_pad)
+    total += float(costs.drain(last.rows, last_tile, last.pass_groups, last_block / float(costs.n_p), pad=pass_pad))
     total += planning_cycles(sched) + descriptor_reads(costs.bus)
     return int(np.ceil(G * total + timing.layer_overhead - 1e-6))
 
 
+def _block_padding(blk: Block) -> float:
+    """A block's padding, in group units: every group of the pass streams the block's rows, and a short
+    group (fewer than BR samples) has rows only up to its last sample's, the rest padding."""
+    return blk.pass_groups - sum(sl.row1 - sl.row0 for sl in blk.slices) / blk.rows
+
+
 def _pass_padding(sched: LayerSchedule, first: Block) -> float:
-    """The padding of the pass that starts with block `first`, in group units: a short group (fewer than
-    BR samples) beside others streams the pass's BR*R rows, the rest of its share padding."""
+    """The padding of the pass that starts with block `first`, spread evenly over its blocks, in group
+    units: a short group (fewer than BR samples) beside others streams the pass's BR*R rows, the rest
+    of its share padding."""
     if first.pass_groups < 2:
         return 0.0
     short = min(len(sl.samples) for sl in first.slices)

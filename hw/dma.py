@@ -435,12 +435,22 @@ class AxiDma(wiring.Component):
     one stream never bunches the other's responses behind it (the oldest read in flight is
     always at the head of its port and of its stream, so neither waits for ever). Each
     port takes its reads through a forward register slice, so the deal's multiplexers
-    end at a register (+1 cycle a read). The second command's `valid` depends on the
+    end at a register (+1 cycle a read), and on several ports through a skid register
+    first, so the deal's ready logic starts at one (no cycle). The second command's `valid` depends on the
     first's `ready` (it may only leave behind it): the Sequencer's skid buffers make both
     readies registers. `rd_restart` (only while no read is in flight) starts the
     deal over at port 0, stream 0 first: the NPU pulses it at each layer's start,
     so a layer's reads land on the ports the same way whatever ran before (the
     performance model's `LayerCosts.busiest_port` reasons from there).
+
+    On several ports the second stream's zero reads (the input walker's padding) go to no
+    port: a zero read is dealt like any read (so every real read lands where it would have),
+    but its port's slice drops it instead of handing it to the ReadEngine; the stream's order
+    holds it with its words and tag, and the merge answers it itself, zeros, when it reaches
+    it. So the padding holds no port's response register, and no read of either stream waits
+    behind it there (on one port, or on the first stream, a zero read still goes through a
+    ReadEngine, which answers it without a bus access). docs/hw-architecture.md, "Zero fills
+    on several ports".
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
@@ -450,7 +460,7 @@ class AxiDma(wiring.Component):
         if read_streams not in (1, 2):
             raise ValueError(f"read_streams must be 1 or 2, not {read_streams}")
         self.ports, self.read_streams, self.tag_width = ports, read_streams, tag_width
-        self.max_outstanding = max_outstanding
+        self.max_outstanding, self.nmax = max_outstanding, nmax
         engine_tag = tag_width + (read_streams - 1)          # + the stream bit, on top
         self.reads = [ReadEngine(addr_width, data_width, nmax, engine_tag, max_outstanding, id_width)
                       for _ in range(ports)]
@@ -472,9 +482,10 @@ class AxiDma(wiring.Component):
 
     @staticmethod
     def max_reads_in_flight(ports: int, max_outstanding: int = 8) -> int:
-        """Most read commands accepted and not yet answered: per port its command queue
-        (`max_outstanding` + 4) and its response register."""
-        return ports * (max_outstanding + 5)
+        """Most read commands accepted and not yet answered that a port holds: its command queue
+        (`max_outstanding` + 4), its response register and, on several ports, its command slice's
+        skid register."""
+        return ports * (max_outstanding + 5 + (ports > 1))
 
     def m_axi(self, i: int):
         """Port i's AXI4 master interface."""
@@ -526,10 +537,13 @@ class AxiDma(wiring.Component):
             m.d.sync += _advance(rsp_next, n)
 
     def _deal_two_streams(self, m: Module) -> list[Signal]:
-        """Two read streams over n ports (see the class docstring): stream 0's command to port
-        `rd_next`, stream 1's to the port after the one stream 0 took (on one port: only when stream 0
-        has none); responses: the head of port `rsp_next` and, of the other stream, the next port's.
-        Returns each port slice's `busy` (a read taken but not yet in its engine)."""
+        """Two read streams over n ports (see the class docstring): the first stream's command to port
+        `rd_next`, the second's to the port after (on one port: only when the first has none; on
+        several, a zero read of stream 1 is dealt its port, whose slice drops it); responses: each stream's
+        next from the port its next read went to, or, for a zero read of stream 1, from its order itself.
+        Returns what keeps a read in flight outside the engines: each port slice's `busy` (a read
+        taken but not yet in its engine) and, on several ports, stream 1's order not empty (a zero
+        read no port holds)."""
         n, tw = self.ports, self.tag_width
         cmds, rsps = (self.rd_cmd, self.rd_cmd1), (self.rd_rsp, self.rd_rsp1)
         rd_next = Signal(range(n), name="rd_next")
@@ -544,17 +558,25 @@ class AxiDma(wiring.Component):
         cmd_valid = Array(c.valid for c in cmds)
         cmd_payload = Array(c.payload.as_value() for c in cmds)
         # each port takes its reads through a forward register slice: the deal's multiplexers end at a
-        # register, not in the engine's burst planning (+1 cycle on every read's trip)
-        slices = [StreamSlice(rd.cmd.payload.shape()) for rd in self.reads]
+        # register, not in the engine's burst planning (+1 cycle on every read's trip). On several ports
+        # the second stream's zero reads (the input walker's padding) are dealt like any read but go to no
+        # port: the slice drops them (its output is a register, so the deal's logic is what it was), the
+        # stream's order holds them with their words and tag, and the merge answers them itself
+        slices = [StreamSlice(rd.cmd.payload.shape(), backward=n > 1) for rd in self.reads]
         for i, (sl, rd) in enumerate(zip(slices, self.reads)):
             m.submodules[f"cmd_slice{i}"] = sl
-            wiring.connect(m, sl.o, rd.cmd)
-        # on several ports each stream records, in its own order, the port each of its reads went to:
-        # the merge then takes each stream's next response from that port, whatever the other stream does
+            drop = sl.o.payload.zero & sl.o.payload.tag[tw] if n > 1 else Const(0)
+            m.d.comb += [rd.cmd.payload.eq(sl.o.payload), rd.cmd.valid.eq(sl.o.valid & ~drop),
+                         sl.o.ready.eq(rd.cmd.ready | drop)]
+        # on several ports each stream records, in its own order, the port each of its reads went to (with,
+        # for the second stream, whether it is a zero read and that read's words and tag): the merge then
+        # takes each stream's next response from that port, whatever the other stream does
         port_fifos = []
+        tokens = [data.StructLayout({"port": range(n)}),
+                  data.StructLayout({"port": range(n), "zero": 1, "nwords": range(self.nmax + 1), "tag": tw})]
         if n > 1:
             for s in range(2):
-                q = SyncFIFOBuffered(width=(n - 1).bit_length(), depth=self.max_reads_in_flight(n, self.max_outstanding) + n)
+                q = SyncFIFOBuffered(width=tokens[s].size, depth=self.max_reads_in_flight(n, self.max_outstanding) + n)
                 m.submodules[f"port_order{s}"] = q
                 port_fifos.append(q)
             fifo_w_rdy = Array(q.w_rdy for q in port_fifos)
@@ -579,16 +601,23 @@ class AxiDma(wiring.Component):
         a_cmd, b_cmd = (layout(Cat(cmd_payload[x], x)) for x in (first, second))      # + the stream bit
         for i, sl in enumerate(slices):
             from_a = a_valid & (rd_next == i)
-            m.d.comb += [sl.i.valid.eq(from_a | (cmd_valid[second] & (port_b == i))),
-                         sl.i.payload.eq(Mux(from_a, a_cmd.as_value(), b_cmd.as_value()))]
+            if n > 1:   # the order's room too: a stream of zero reads, which no port holds, may fill it
+                m.d.comb += sl.i.valid.eq((from_a & fifo_w_rdy[first]) | (cmd_valid[second] & b_ok & (port_b == i)))
+            else:
+                m.d.comb += sl.i.valid.eq(from_a | (cmd_valid[second] & (port_b == i)))
+            m.d.comb += sl.i.payload.eq(Mux(from_a, a_cmd.as_value(), b_cmd.as_value()))
         if n > 1:
             m.d.sync += rd_next.eq(after(rd_next, a_fire + b_fire))
             if n % 2 == 0:
                 with m.If(rd_next + a_fire + b_fire >= n):
                     m.d.sync += swap.eq(~swap)
-            for s, q in enumerate(port_fifos):
-                m.d.comb += [q.w_en.eq(Mux(swap == s, a_fire, b_fire)),
-                             q.w_data.eq(Mux(swap == s, rd_next, port_b))]
+            token1 = Signal(tokens[1])
+            m.d.comb += [token1.port.eq(Mux(swap == 1, rd_next, port_b)), token1.zero.eq(self.rd_cmd1.payload.zero),
+                         token1.nwords.eq(self.rd_cmd1.payload.nwords), token1.tag.eq(self.rd_cmd1.payload.tag)]
+            m.d.comb += [port_fifos[0].w_en.eq(Mux(swap == 0, a_fire, b_fire)),
+                         port_fifos[0].w_data.eq(Mux(swap == 0, rd_next, port_b)),
+                         port_fifos[1].w_en.eq(Mux(swap == 1, a_fire, b_fire)),
+                         port_fifos[1].w_data.eq(token1)]
 
         layout = self.reads[0].rsp.payload.shape()
         valid = Array(rd.rsp.valid for rd in self.reads)
@@ -608,17 +637,27 @@ class AxiDma(wiring.Component):
             # the other for ever, and up to two responses leave a cycle
             takes = []
             for s, (r, q) in enumerate(zip(rsps, port_fifos)):
+                token = Signal(tokens[s], name=f"token{s}")
                 head = Signal(layout, name=f"head{s}")
                 mine = Signal(name=f"mine{s}")
-                m.d.comb += [head.eq(payload[q.r_data]), mine.eq(q.r_rdy & valid[q.r_data] & (head.tag[tw] == s)),
-                             r.valid.eq(mine), r.payload.data.eq(head.data), r.payload.nwords.eq(head.nwords),
-                             r.payload.tag.eq(head.tag[:tw]), q.r_en.eq(mine & r.ready)]
-                takes.append((q.r_data, mine & r.ready))
+                zero = token.zero if s == 1 else Const(0)
+                m.d.comb += [token.eq(q.r_data), head.eq(payload[token.port]),
+                             mine.eq(q.r_rdy & (zero | (valid[token.port] & (head.tag[tw] == s)))),
+                             r.valid.eq(mine), q.r_en.eq(mine & r.ready)]
+                if s == 1:
+                    m.d.comb += [r.payload.data.eq(Mux(zero, 0, head.data)),
+                                 r.payload.nwords.eq(Mux(zero, token.nwords, head.nwords)),
+                                 r.payload.tag.eq(Mux(zero, token.tag, head.tag[:tw]))]
+                else:
+                    m.d.comb += [r.payload.data.eq(head.data), r.payload.nwords.eq(head.nwords),
+                                 r.payload.tag.eq(head.tag[:tw])]
+                takes.append((token.port, mine & r.ready & ~zero))
             for i, rd in enumerate(self.reads):
                 m.d.comb += rd.rsp.ready.eq(((takes[0][0] == i) & takes[0][1]) | ((takes[1][0] == i) & takes[1][1]))
         with m.If(self.rd_restart):
             m.d.sync += [rd_next.eq(0), swap.eq(0)]
-        return [sl.busy for sl in slices]
+        # a zero read waiting in the second stream's order is a read in flight that no port holds
+        return [sl.busy for sl in slices] + ([port_fifos[1].level != 0] if port_fifos else [])
 
 
 def _advance(ptr: Signal, n: int):

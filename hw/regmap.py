@@ -584,7 +584,8 @@ def m_axi_name(i: int) -> str:
 
 MAX_AXI_PORTS = NPU_AXI_PORTS_MAX
 """Most AXI master ports: the Zynq boards have four HP ports, and the control unit counts
-its reads in flight in 6 bits (4 ports x 13 = 52 < 64, `AxiDma.max_reads_in_flight`)."""
+its reads in flight in 6 bits a stream (4 ports x 14 = 56 in the ports, a stream's order FIFO
+60 entries < 64, `AxiDma.max_reads_in_flight`)."""
 
 
 BUFFERS = ("input", "accumulator", "output")

@@ -322,6 +322,7 @@ class MultiOutcome:
     wr_error: int
     rsps1: list[dict] | None = None          # the second read stream's (read_streams = 2)
     rsp1_cycles: list[int] | None = None
+    engine_reads: list[int] | None = None    # read commands each port's ReadEngine took
 
 
 def _decode(layout, items: list[int]) -> list[dict]:
@@ -357,9 +358,14 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
         sim.add_process(proc)
     result: dict = {}
 
+    engine_reads = [0] * ports
+
     async def watcher(ctx):
         cycle = 0
-        async for _clk, _rst, rd_idle, wr_idle in ctx.tick().sample(dut.rd_idle, dut.wr_idle):
+        handshakes = [x for rd in dut.reads for x in (rd.cmd.valid, rd.cmd.ready)]
+        async for _clk, _rst, rd_idle, wr_idle, *hs in ctx.tick().sample(dut.rd_idle, dut.wr_idle, *handshakes):
+            for i in range(ports):
+                engine_reads[i] += hs[2 * i] & hs[2 * i + 1]
             cycle += 1
             if (len(sink.items) == len(reads) and len(wr_src.accept_cycles) == len(writes)
                     and all(len(x.items) == x.count for x in second[1:]) and rd_idle and wr_idle):
@@ -370,7 +376,8 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
     sim.add_testbench(watcher)
     sim.run()
     layout = dut.rd_rsp.payload.shape()
-    out = MultiOutcome(models, _decode(layout, sink.items), sink.cycles, wr_src.accept_cycles, *result["errors"])
+    out = MultiOutcome(models, _decode(layout, sink.items), sink.cycles, wr_src.accept_cycles, *result["errors"],
+                       engine_reads=engine_reads)
     if second:
         out.rsps1, out.rsp1_cycles = _decode(layout, second[1].items), second[1].cycles
     return out
@@ -481,6 +488,25 @@ def test_two_read_streams_take_two_commands_a_cycle(ports, record_property):
     rate = len(both) / (both[-1] - both[0] + 1)
     record_property(f"ports{ports}_two_stream_rsps_per_cycle", rate)
     assert rate == pytest.approx(min(ports, 2), abs=0.05)
+
+
+@pytest.mark.parametrize("ports", [2, 3])
+def test_second_stream_zero_reads_are_dealt_but_go_to_no_port(ports):
+    """Several ports: the input stream's zero reads are dealt like any read, so the real reads land where
+    they would have (one real read and N - 1 zero reads over and over: every real read on port 0), but
+    no ReadEngine takes them (before, ports 1..N-1 took every zero read, each holding the port's
+    response register a cycle): the DMA answers them itself, in their place in the stream's order."""
+    rng = random.Random(56)
+    reads1 = []
+    for k in range(12 * ports):
+        reads1.append({"addr": 2048 + 64 * k + 2 * rng.randrange(8), "nwords": rng.randint(1, 16), "zero": 0,
+                       "tag": k % 16})
+        reads1 += [{"addr": 0, "nwords": rng.randint(1, 16), "zero": 1, "tag": (k + j) % 16}
+                   for j in range(ports - 1)]
+    out = run_multiport(ports, [], [], seed=56, rsp_ready=0.6, reads1=reads1)
+    check_read_responses(Outcome(out.models[0], None, None, out.rsps1, 0, [], 0), reads1, _random_mem(56), 16)
+    assert [len(mdl.stats.ar_cycles) for mdl in out.models] == [12 * ports] + [0] * (ports - 1)
+    assert out.engine_reads == [12 * ports] + [0] * (ports - 1)
 
 
 # -- parameters ----------------------------------------------------------------

@@ -179,6 +179,23 @@ def test_padding_reads_are_zero_fills():
     assert padded < plain
 
 
+def test_zero_fills_take_port_time_only_where_a_port_answers_them():
+    """A zero-fill read costs a beat where a ReadEngine answers it (one port; the one-walker what-if), none
+    on several ports with two walkers, where the DMA answers the input walker's zero reads itself
+    (hw/dma.py): the same padded layer's rows then move exactly their live runs' beats."""
+    from fluidnpu.dse.perf_model import im2col_row_reads, layer_costs
+    from fluidnpu.hw.descriptor import LayerDescriptor
+    three, one_walker = Bus.of_ports(3, 8), Bus.of(24, 8, ports=3, walkers=1)
+    assert (Bus.of(PORT64).zero_beats, three.zero_beats, one_walker.zero_beats) == (1.0, 0.0, 1.0)
+    pad = LayerDescriptor(layer=0, in_h=4, in_w=4, cin=4, out_h=4, out_w=4, cout=4, kh=3, kw=3, ph=1, pw=1)
+    zeros = 9 - 9 * (10 / 12) ** 2          # zero-fill runs a row (one run a tap, 4-channel taps)
+    assert im2col_row_reads(pad, 4, one_walker).in_beats - im2col_row_reads(pad, 4, three).in_beats \
+        == pytest.approx(zeros)
+    tpk, P, C = np.int64(4), np.int64(36), np.int64(4)
+    free, charged = (layer_costs(tpk, P, C, 9, bus, EngineTiming(), inside=0.7) for bus in (three, one_walker))
+    assert float(charged.in_beats - free.in_beats) == pytest.approx(0.3 * float(free.in_runs))
+
+
 def test_fc_rows_start_beat_aligned():
     # One row per sample: every row is a 64-byte aligned sample, so a 6-word run starts at a
     # multiple of 6 words (2 beats on a 4-word beat), not at a random word (2.25 on average).
@@ -514,3 +531,27 @@ def test_rows_of_two_kinds_are_paced_apart():
     assert float(est) == pytest.approx(im2col_row_reads(big, 14, three).row_excess, rel=0.25)
     assert float(layer_costs(np.array(7), np.array(576), np.array(64), 9, three, DEFAULT_TIMING, R=3136, kw=3,
                              inside=im2col_inside(*shape), edge=im2col_edge(*shape)).row_excess) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.integers(1, 8), st.integers(1, 60), st.data())
+def test_padded_blocks_follow_the_short_groups_rows(R, BR, limit, data):
+    """`padded_blocks` against the blocks walked row by row: a short group of n < BR samples has rows up
+    to n*R of the pass's BR*R; each block's padding share is its rows beyond that."""
+    from fluidnpu.dse.perf_model import _split, padded_blocks
+    from fluidnpu.dse.tiling import _balanced
+
+    n_short = data.draw(st.integers(0, BR - 1))
+    rows = BR * R
+    pad = (BR - n_short) / BR
+    expected: dict[tuple[int, float], int] = {}
+    for r0, r1 in _balanced(rows, limit):
+        share = (r1 - max(r0, min(r1, n_short * R))) / (r1 - r0)
+        key = (r1 - r0, round(share, 9))
+        expected[key] = expected.get(key, 0) + 1
+    got: dict[tuple[int, float], int] = {}
+    for count, t, p in padded_blocks(_split(np.int64(rows), np.int64(limit)), rows, pad):
+        if int(count):
+            key = (int(t), round(float(p), 9))
+            got[key] = got.get(key, 0) + int(count)
+    assert got.keys() == expected.keys() and all(np.isclose(got[k], expected[k]) for k in got)
