@@ -41,7 +41,6 @@ ArrayLike = Union[int, float, np.ndarray]
 BlockPrice = Callable[..., np.ndarray]   # `LayerCosts.block` or `LayerCosts.staging`: a block's price
 
 
-
 @dataclass(frozen=True)
 class EngineTiming:
     """Fixed costs of the engine, in cycles, calibrated against the RTL (docs/rtl-agreement.md).
@@ -373,12 +372,6 @@ class LayerCosts:
         """Read cycles of a block's first rows of its steps beyond `in_row`, on one command stream."""
         runs = np.asarray(self.in_runs)
         return self.bus.stream(np.asarray(self.in_beats) + self.first_beats, runs + self.first_runs) - self.in_row
-
-    @property
-    def zero_row(self) -> np.ndarray:
-        """Read cycles of one padding row of a short group: every run a zero-fill command, one
-        response and no beat (hw/sequencer.py's fetcher, `rd_cmd_zero`; `Bus.zero_beats`)."""
-        return self.bus.stream(np.asarray(self.in_runs) * self.bus.zero_beats, self.in_runs)
 
     def _weights(self, rows: ArrayLike, w: np.ndarray, grain: np.ndarray, groups: ArrayLike,
                  copies: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1201,7 +1194,6 @@ def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[n
     pad_big = np.maximum(big - n_real - across, 0)
     return [(real_big, s + 1, 0.0), (n_real - real_big, s, 0.0), (across, size, share),
             (pad_big, s + 1, 1.0), (n_pad - pad_big, s, 1.0)]
-
 
 
 def _regroup(setup: LayerSetup, rb: RowBlocks) -> np.ndarray:
