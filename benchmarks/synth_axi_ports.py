@@ -39,7 +39,7 @@ POINTS = ((32, 1, 64), (32, 2, 64), (32, 4, 64), (128, 1, 64), (128, 2, 64), (12
           (32, 4, 128), (128, 4, 128))   # (NMAX, ports, data bits)
 TAG_WIDTH = 12
 FIELDS = ("lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word",
-          "lut_per_merge_word", "lut_per_zero_word")
+          "lut_per_merge_word", "lut_per_zero_word", "ff_per_split_word")
 WIDE_FIELDS = ("lut_per_port_bit", "lut_per_port_bit_word", "ff_per_port_bit")
 Point = tuple[int, int, int]
 
@@ -75,7 +75,8 @@ def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
     whole extra port (mean over NMAX 32 and 128, per NMAX word and select LUT level, `merge_luts`: flat
     from 2 to 4 ports); the input stream's zero answer: what 4 ports add beyond that (per NMAX word,
     `zero_luts`: none on 2 ports, where it packs into the select's LUT); the data width: 4 ports at 128
-    against 64 bits, per port per bit."""
+    against 64 bits, per port per bit; the FFs several ports add a port (a response register per stream, the
+    command slice's skid register), per NMAX word: the mean over the 64-bit points of 2 and 4 ports."""
     def one(n: int, key: str) -> float:
         return points[(n, 1, 64)][key]
 
@@ -86,6 +87,7 @@ def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
     merge_word = round(sum(merge) / len(merge), 1)
     zero = [(v["lut"] - p * one(n, "lut") - merge_luts(p) * merge_word * n) / (zero_luts(p) * n)
             for (n, p, dw), v in points.items() if dw == 64 and zero_luts(p)]
+    split = [(v["ff"] - p * one(n, "ff")) / (p * n) for (n, p, dw), v in points.items() if p > 1 and dw == 64]
     def wide(n: int, k: str) -> float:
         return (points[(n, 4, 128)][k] - points[(n, 4, 64)][k]) / (4 * 64)
 
@@ -93,6 +95,7 @@ def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
     return {"lut_per_axi_port": round(fixed["lut"], 0), "ff_per_axi_port": round(fixed["ff"], 0),
             "lut_per_axi_port_word": round(per_word["lut"], 1), "ff_per_axi_port_word": round(per_word["ff"], 1),
             "lut_per_merge_word": merge_word, "lut_per_zero_word": round(sum(zero) / len(zero), 1),
+            "ff_per_split_word": round(sum(split) / len(split), 1),
             "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2), "lut_per_port_bit_word": round(wide_word, 4),
             "ff_per_port_bit": round((wide(32, "ff") + wide(128, "ff")) / 2, 2)}
 
@@ -113,13 +116,14 @@ def main() -> None:
     for (nmax, ports, dw), p in points.items():
         lut, ff = (float(v) for v in dma_logic(np.array(nmax), ports, logic, dw, wide))
         rows.append({"nmax": nmax, "ports": ports, "data_width": dw, **p, "lut_model": lut,
-                     "lut_err": lut / p["lut"] - 1, "ff_model": ff})
+                     "lut_err": lut / p["lut"] - 1, "ff_model": ff, "ff_err": ff / p["ff"] - 1})
     doc = {"points": rows, "fit": costs, "model_up_to_date": costs == current, "tag_width": TAG_WIDTH}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=1))
     for row in rows:
         print(f"NMAX {row['nmax']:>3}, {row['ports']} x {row['data_width']}-bit port(s): LUT {row['lut']:>6} "
-              f"(model {row['lut_model']:>8.0f}, {row['lut_err']:+.1%}), FF {row['ff']:>5} (model {row['ff_model']:.0f})")
+              f"(model {row['lut_model']:>8.0f}, {row['lut_err']:+.1%}), FF {row['ff']:>5} (model {row['ff_model']:.0f}, "
+              f"{row['ff_err']:+.1%})")
     print(f"fit: {costs}; LogicCosts/WidePortCosts {'equal' if doc['model_up_to_date'] else 'DIFFER from'} it")
 
 

@@ -55,7 +55,7 @@ PARTS = ("control", "engine")
 # fabric adder of the tree over a PE's chains is a 32-bit adder and its register, 32 LUTs and 32 FFs
 # (tests/test_synth.py, docs/resources.md "DSP cascades"): only a TP > 32 point has more than the root.
 HELD = ("ff_per_skew_bit", "lut_per_tree_adder", "ff_per_tree_adder", "lut_per_stack_pair", "ff_per_stack_pair", "lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word",
-        "ff_per_axi_port_word", "lut_per_merge_word", "lut_per_zero_word")
+        "ff_per_axi_port_word", "lut_per_merge_word", "lut_per_zero_word", "ff_per_split_word")
 SYNTH_TIMEOUT_S = 7200.0      # one design point (the full-size engine: ~1 h); beyond it the run fails with the log's path
 
 

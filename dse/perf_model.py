@@ -35,7 +35,8 @@ from typing import Callable, NamedTuple, Union
 
 import numpy as np
 
-from fluidnpu.hw.regmap import K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth, nmax
+from fluidnpu.hw.regmap import (FETCH_AHEAD, K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth,
+                                nmax)
 
 ArrayLike = Union[int, float, np.ndarray]
 BlockPrice = Callable[..., np.ndarray]   # `LayerCosts.block` or `LayerCosts.staging`: a block's price
@@ -86,7 +87,7 @@ class EngineTiming:
     dma_latency: int = 8
     block_overhead: int = 1
     pass_overhead: int = 1
-    port_restart: int = 2
+    port_restart: float = 0.75
 
 
 DEFAULT_TIMING = EngineTiming()
@@ -573,14 +574,16 @@ class LayerCosts:
 
         The fetcher issues the reads of each step (F cycles: one command a cycle,
         one beat a cycle) while the core computes the previous one, and runs up
-        to two steps ahead, so a step takes max(t, F, (H + dma_latency) / 2): a
+        to A = `FETCH_AHEAD` steps ahead (it starts step k + A's reads as step k is
+        handed over), so a step takes max(t, F, (H + dma_latency) / A): a
         step's data streams into the half the core releases as it starts the
         next step. H is F on one port; on several ports it ends at the step's
         last command, before the weight walker's cycle a step (`_walk`'s
         `handover`), and the skew adds the beats still in flight then. On
         several ports each kind of step (`_step_kinds`) also takes its beats on
         the ports plus `port_restart` (its reads wait there for the staging half;
-        not for a buffered layer, whose inputs come from the buffer).
+        not for a buffered layer, whose inputs come from the buffer), and the
+        zero fills of a short group's padding rows after them (`_padding_zeros`).
         `extra`: fetcher cycles spent before the block (a new pass's set-up).
         The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
@@ -592,7 +595,7 @@ class LayerCosts:
         fetch = sum(walks) + fixed
         compute = self.n_p * t
         handed = self._walk_kinds(kinds, handover=True) + fixed if self.bus.n_ports > 1 else fetch
-        balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / 2
+        balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / FETCH_AHEAD
         # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
         paced = self._walk_kinds(kinds, rate=True) + fixed if self.bus.n_ports == 1 else fetch
         steps = np.maximum(np.maximum(compute, paced), balance)
@@ -601,7 +604,8 @@ class LayerCosts:
             # enters the staging half the core releases, at the ports' pace, and restarts through the merge.
             # Each kind of step at its own pace, as `fetch` walks them: the longer of its reads' walk and
             # its beats plus the restart (docs/interpretations.md, "The ports' restart")
-            restarted = [np.asarray(w_beats) + np.asarray(in_beats) + tm.port_restart * np.asarray(n)
+            restart = tm.port_restart + self._padding_zeros(t, pad) / self.n_p
+            restarted = [np.asarray(w_beats) + np.asarray(in_beats) + restart * np.asarray(n)
                          for _, w_beats, _, in_beats, n in kinds]
             if len(kinds) == 1:     # the same bound on the kind's (smaller) shape, before it broadcasts
                 steps = np.maximum(steps, restarted[0] + fixed)
@@ -611,6 +615,15 @@ class LayerCosts:
         if busiest is not None:
             steps = np.maximum(steps, self.n_p * busiest + fixed)
         return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
+
+    def _padding_zeros(self, t: ArrayLike, pad: ArrayLike) -> ArrayLike:
+        """Cycles a block's short-group padding rows (`pad` of a group's t rows, `block`) add to its steps on
+        several ports: a step's groups read in order, the short group last, so its padding's zero fills are
+        the step's last input reads, and the input stream's in-order merge answers them one a cycle after
+        the real reads the ports deliver (hw/dma.py, `AxiDma`). 0 where no row is padding."""
+        if np.ndim(pad) == 0 and pad == 0:
+            return 0.0
+        return np.asarray(t) * np.asarray(pad) * self._row_terms[0]
 
     def staging(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, pad: ArrayLike = 0.0) -> np.ndarray:
         """Half the staging loop of a block of t rows: a block's last step is handed to the core only once

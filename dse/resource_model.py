@@ -67,24 +67,26 @@ class LogicCosts:
     """
 
     # control: sequencer, AXI4-Lite registers (with the FBCB), top glue
-    lut_base: float = 3635.0
-    ff_base: float = 2973.0
-    lut_per_dma_word: float = 64.5       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
-    ff_per_dma_word: float = 50.5
-    lut_per_port_word: float = 72.5      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
-    ff_per_port_word: float = 32.7
-    lut_per_bank: float = 390.0          # per input bank (NB): group placement and rotation state, the writer's
+    lut_base: float = 3755.0
+    ff_base: float = 3132.0
+    lut_per_dma_word: float = 59.3       # per 16-bit word of NMAX: response and write slices, the writer's row shifter
+    ff_per_dma_word: float = 44.0
+    lut_per_port_word: float = 74.5      # per word of the core's write ports (2TP + 2TC) the sequencer assembles
+    ff_per_port_word: float = 31.7
+    lut_per_bank: float = 389.0          # per input bank (NB): group placement and rotation state, the writer's
                                          # second set of output cursors a group (a row block's later tiles)
-    ff_per_bank: float = 329.0
+    ff_per_bank: float = 324.0
     # the DMA, per AXI port (hw/dma.py AxiDma: a ReadEngine + WriteEngine each)
-    lut_per_axi_port: float = 789.0      # burst planning, address queues, outstanding counters, one-beat shifters
+    lut_per_axi_port: float = 700.0      # burst planning, address queues, outstanding counters, one-beat shifters
     ff_per_axi_port: float = 411.0
-    lut_per_axi_port_word: float = 38.6  # per NMAX word: response slots and register, W queue (LUT RAM) and beat select
+    lut_per_axi_port_word: float = 39.9  # per NMAX word: response slots and register, W queue (LUT RAM) and beat select
     ff_per_axi_port_word: float = 48.2
-    lut_per_merge_word: float = 36.8     # per NMAX word and N:1 select LUT level (`merge_luts`), N > 1: each
+    lut_per_merge_word: float = 37.9     # per NMAX word and N:1 select LUT level (`merge_luts`), N > 1: each
                                          # stream's response select over the ports, its ready, the deal
-    lut_per_zero_word: float = 19.3      # per NMAX word where the select fills its LUT6s (`zero_luts`): the
+    lut_per_zero_word: float = 20.3      # per NMAX word where the select fills its LUT6s (`zero_luts`): the
                                          # input stream's zero-read answer, a gate after its select
+    ff_per_split_word: float = 17.9      # per port and NMAX word, N > 1: the second stream's response register
+                                         # (`ReadEngine(two_streams=True)`) and the command slice's skid register
     # engine
     lut_core_base: float = 58.9
     ff_core_base: float = 655.0
@@ -115,8 +117,8 @@ class WidePortCosts:
     xc7 and xcup once the DSP48E2s are packed as a vendor flow packs them (hw/synth.py; six plain and
     Stackable twins, docs/figures/resources/xcup_engines.json), so one fit prices both."""
 
-    lut_per_port_bit: float = 9.38       # per AXI port, per data bit beyond 64
-    lut_per_port_bit_word: float = 0.0352  # the same, per NMAX word
+    lut_per_port_bit: float = 9.04       # per AXI port, per data bit beyond 64
+    lut_per_port_bit_word: float = 0.0446  # the same, per NMAX word
     ff_per_port_bit: float = 1.95
 
 
@@ -413,12 +415,15 @@ def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_
     """(LUT, FF) of the AXI DMA (hw/dma.py AxiDma): a ReadEngine + WriteEngine per port, NMAX words
     wide, `port_bits` wide on the bus, and, with more than one port, the deal of the two read streams and
     their per-stream response merge: each stream selects its next response among the N ports' (one
-    N:1 select of NMAX words a stream, `merge_luts`), the input stream's zeros after it (`zero_luts`)."""
+    N:1 select of NMAX words a stream, `merge_luts`), the input stream's zeros after it (`zero_luts`);
+    each port then keeps a response register per stream and a skid register before its command slice
+    (`ff_per_split_word`)."""
     nmax = np.asarray(nmax)
     xl, xf = wide_port_logic(port_bits, axi_ports, nmax, wide)
     lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
         + (merge_luts(axi_ports) * costs.lut_per_merge_word + zero_luts(axi_ports) * costs.lut_per_zero_word) * nmax + xl
-    ff = axi_ports * (costs.ff_per_axi_port + costs.ff_per_axi_port_word * nmax) + xf
+    split = costs.ff_per_split_word if axi_ports > 1 else 0.0
+    ff = axi_ports * (costs.ff_per_axi_port + (costs.ff_per_axi_port_word + split) * nmax) + xf
     return lut, ff
 
 

@@ -32,7 +32,8 @@ Wiring both engines to one port: use `AxiDma` (engines + streams + `m_axi0`
 
 from __future__ import annotations
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import ValueLike
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -225,17 +226,25 @@ class ReadEngine(wiring.Component):
     `axi` (AR + R, `axi4_read_signature`), `error` (sticky: some RRESP was not OKAY;
     the failed burst's data is still delivered so nothing waits forever), `idle`
     (no command in flight and no response waiting).
+
+    `two_streams` (a port of `AxiDma` with two read streams on several ports): the
+    tag's top bit names a command's stream, and each stream has a response register
+    of its own, `rsp` and `rsp1`, so a response its stream's merge cannot take yet
+    holds only that register: the port's next read, of the other stream, still
+    completes into the other one (a port waits only behind two held responses).
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
-                 max_outstanding: int = 8, id_width: int = 1):
+                 max_outstanding: int = 8, id_width: int = 1, two_streams: bool = False):
         self.geometry = g = _Geometry(addr_width, data_width, nmax, max_outstanding, id_width)
         if tag_width < 1:
             raise ValueError(f"tag_width must be >= 1, not {tag_width}")
         self.tag_width = tag_width
+        self.two_streams = two_streams
         super().__init__({
             "cmd": In(stream.Signature(read_cmd_layout(addr_width, nmax, tag_width))),
             "rsp": Out(stream.Signature(read_rsp_layout(nmax, tag_width))),
+            **({"rsp1": Out(stream.Signature(read_rsp_layout(nmax, tag_width)))} if two_streams else {}),
             "axi": Out(axi4_read_signature(addr_width, data_width, id_width)),
             "error": Out(1),
             "idle": Out(1),
@@ -278,7 +287,9 @@ class ReadEngine(wiring.Component):
         slots = [Signal(g.dw, name=f"slot{k}") for k in range(out_beats)]
         prev = Signal(g.dw)
         last_beat = Signal()
-        out_free = ~rsp.valid | rsp.ready
+        outs = [rsp, self.rsp1] if self.two_streams else [rsp]
+        sel = head.tag[-1] if self.two_streams else Const(0)      # the head's stream: its response register
+        out_free = Mux(sel, ~outs[-1].valid | outs[-1].ready, ~rsp.valid | rsp.ready)
         r_fire = Signal()
         m.d.comb += [
             last_beat.eq(bidx == head.nbeats - 1),
@@ -296,15 +307,16 @@ class ReadEngine(wiring.Component):
         beats = Cat(*(Mux(bidx == k + 1, done, Mux(bidx == k, tail, slot)) for k, slot in enumerate(slots)))
         masked = Cat(*(Mux(i < head.nwords, beats[16 * i: 16 * i + 16], 0) for i in range(g.nmax)))
 
-        with m.If(rsp.ready):
-            m.d.sync += rsp.valid.eq(0)
+        for o in outs:
+            with m.If(o.ready):
+                m.d.sync += o.valid.eq(0)
         with m.If(r_fire):
             with m.If(axi.rresp != AXI_RESP_OKAY):
                 m.d.sync += self.error.eq(1)
             with m.If(last_beat):
                 m.d.comb += desc_q.r_en.eq(1)
-                m.d.sync += [bidx.eq(0), rsp.valid.eq(1), rsp.payload.data.eq(masked),
-                             rsp.payload.nwords.eq(head.nwords), rsp.payload.tag.eq(head.tag)]
+                m.d.sync += bidx.eq(0)
+                self._respond(m, outs, sel, masked, head)
             with m.Else():
                 m.d.sync += [bidx.eq(bidx + 1), prev.eq(axi.rdata)]
                 with m.Switch(bidx):
@@ -313,10 +325,17 @@ class ReadEngine(wiring.Component):
                             m.d.sync += slot.eq(done)
         with m.Elif(desc_q.r_rdy & head.zero & out_free):
             m.d.comb += desc_q.r_en.eq(1)
-            m.d.sync += [rsp.valid.eq(1), rsp.payload.data.eq(0),
-                         rsp.payload.nwords.eq(head.nwords), rsp.payload.tag.eq(head.tag)]
-        m.d.comb += self.idle.eq((desc_q.level == 0) & ~rsp.valid)
+            self._respond(m, outs, sel, 0, head)
+        m.d.comb += self.idle.eq((desc_q.level == 0) & ~Cat(o.valid for o in outs).any())
         return m
+
+    @staticmethod
+    def _respond(m: Module, outs: list, sel: Value, value: ValueLike, head) -> None:
+        """Load the head command's response (`value`) into its stream's response register (`outs[sel]`)."""
+        for k, o in enumerate(outs):
+            with m.If(sel == k):
+                m.d.sync += [o.valid.eq(1), o.payload.data.eq(value), o.payload.nwords.eq(head.nwords),
+                             o.payload.tag.eq(head.tag)]
 
 
 class WriteEngine(wiring.Component):
@@ -450,7 +469,11 @@ class AxiDma(wiring.Component):
     it. So the padding holds no port's response register, and no read of either stream waits
     behind it there (on one port, or on the first stream, a zero read still goes through a
     ReadEngine, which answers it without a bus access). docs/hw-architecture.md, "Zero fills
-    on several ports".
+    on several ports". Likewise each port's ReadEngine keeps a response register per stream
+    there (`ReadEngine(two_streams=True)`): a response that is not yet its stream's next holds
+    its own stream's register, and the port goes on with a read of the other stream, so one
+    stream's order no longer stalls the other's beats on the ports it shares (docs/hw-architecture.md,
+    "A response register per stream").
     """
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
@@ -462,7 +485,8 @@ class AxiDma(wiring.Component):
         self.ports, self.read_streams, self.tag_width = ports, read_streams, tag_width
         self.max_outstanding, self.nmax = max_outstanding, nmax
         engine_tag = tag_width + (read_streams - 1)          # + the stream bit, on top
-        self.reads = [ReadEngine(addr_width, data_width, nmax, engine_tag, max_outstanding, id_width)
+        split = read_streams == 2 and ports > 1              # a response register per stream (the merge's)
+        self.reads = [ReadEngine(addr_width, data_width, nmax, engine_tag, max_outstanding, id_width, split)
                       for _ in range(ports)]
         self.writes = [WriteEngine(addr_width, data_width, nmax, max_outstanding, id_width) for _ in range(ports)]
         axi = {m_axi_name(i): Out(axi4_signature(addr_width, data_width, id_width)) for i in range(ports)}
@@ -484,8 +508,8 @@ class AxiDma(wiring.Component):
     def max_reads_in_flight(ports: int, max_outstanding: int = 8) -> int:
         """Most read commands accepted and not yet answered that a port holds: its command queue
         (`max_outstanding` + 4), its response register and, on several ports, its command slice's
-        skid register."""
-        return ports * (max_outstanding + 5 + (ports > 1))
+        skid register and its second stream's response register."""
+        return ports * (max_outstanding + 5 + 2 * (ports > 1))
 
     def m_axi(self, i: int):
         """Port i's AXI4 master interface."""
@@ -620,29 +644,31 @@ class AxiDma(wiring.Component):
                          port_fifos[1].w_data.eq(token1)]
 
         layout = self.reads[0].rsp.payload.shape()
-        valid = Array(rd.rsp.valid for rd in self.reads)
-        payload = Array(rd.rsp.payload.as_value() for rd in self.reads)
         if n == 1:
             # one port: its head goes to the stream it belongs to
             head = Signal(layout, name="head")
-            m.d.comb += head.eq(payload[0])
+            one = self.reads[0].rsp
+            m.d.comb += head.eq(one.payload)
             for s, r in enumerate(rsps):
-                m.d.comb += [r.valid.eq(valid[0] & (head.tag[tw] == s)), r.payload.data.eq(head.data),
+                m.d.comb += [r.valid.eq(one.valid & (head.tag[tw] == s)), r.payload.data.eq(head.data),
                              r.payload.nwords.eq(head.nwords), r.payload.tag.eq(head.tag[:tw])]
             m.d.comb += self.reads[0].rsp.ready.eq(Array(r.ready for r in rsps)[head.tag[tw]])
         else:
-            # the merge: each stream's next response is the head of the port its next read went to, once
-            # that head is its own (the port's older reads of the other stream have left); the oldest read
-            # in flight is always at the head of its port and of its stream, so neither stream waits on
-            # the other for ever, and up to two responses leave a cycle
+            # the merge: each stream's next response is in its own response register of the port its next
+            # read went to (`ReadEngine(two_streams=True)`); the oldest read in flight is always at the head
+            # of its port and of its stream, so neither stream waits on the other for ever, and up to two
+            # responses leave a cycle
             takes = []
             for s, (r, q) in enumerate(zip(rsps, port_fifos)):
                 token = Signal(tokens[s], name=f"token{s}")
                 head = Signal(layout, name=f"head{s}")
                 mine = Signal(name=f"mine{s}")
                 zero = token.zero if s == 1 else Const(0)
-                m.d.comb += [token.eq(q.r_data), head.eq(payload[token.port]),
-                             mine.eq(q.r_rdy & (zero | (valid[token.port] & (head.tag[tw] == s)))),
+                outs = [rd.rsp1 if s else rd.rsp for rd in self.reads]
+                s_valid = Array(o.valid for o in outs)
+                s_payload = Array(o.payload.as_value() for o in outs)
+                m.d.comb += [token.eq(q.r_data), head.eq(s_payload[token.port]),
+                             mine.eq(q.r_rdy & (zero | s_valid[token.port])),
                              r.valid.eq(mine), q.r_en.eq(mine & r.ready)]
                 if s == 1:
                     m.d.comb += [r.payload.data.eq(Mux(zero, 0, head.data)),
@@ -653,7 +679,8 @@ class AxiDma(wiring.Component):
                                  r.payload.tag.eq(head.tag[:tw])]
                 takes.append((token.port, mine & r.ready & ~zero))
             for i, rd in enumerate(self.reads):
-                m.d.comb += rd.rsp.ready.eq(((takes[0][0] == i) & takes[0][1]) | ((takes[1][0] == i) & takes[1][1]))
+                m.d.comb += [rd.rsp.ready.eq((takes[0][0] == i) & takes[0][1]),
+                             rd.rsp1.ready.eq((takes[1][0] == i) & takes[1][1])]
         with m.If(self.rd_restart):
             m.d.sync += [rd_next.eq(0), swap.eq(0)]
         # a zero read waiting in the second stream's order is a read in flight that no port holds

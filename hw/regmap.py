@@ -54,6 +54,11 @@ K_CODES: dict[int, float] = {int(KCode.K1): 1.0, int(KCode.K2): 2.0, int(KCode.K
 K_CODE_BITS = 2            # the k code's bits at the bottom of an FBCB entry
 ROW_BITS = 24              # the control unit's row counters and wide divider: rows of a pass (Bmax * R) and R
 NMAX_MIN = 16              # a DMA command moves at least 16 words: a bias chunk of 8 int32
+FETCH_AHEAD = 3
+"""Steps the fetcher may have started that the loader has not yet handed to the core (hw/seq_fetcher.py):
+it starts step k + FETCH_AHEAD's reads once step k is handed over, so a step's round trip is spread over
+that many steps (the performance model's `LayerCosts.block`). Two staging halves bound what the loader
+writes, not what the DMA holds: the reads of the steps beyond wait in the ports, in order."""
 
 
 def k_dims(TR: Any, TP: Any, TC: Any, k_code: int) -> tuple[Any, Any, Any]:
@@ -584,8 +589,8 @@ def m_axi_name(i: int) -> str:
 
 MAX_AXI_PORTS = NPU_AXI_PORTS_MAX
 """Most AXI master ports: the Zynq boards have four HP ports, and the control unit counts
-its reads in flight in 6 bits a stream (4 ports x 14 = 56 in the ports, a stream's order FIFO
-60 entries < 64, `AxiDma.max_reads_in_flight`)."""
+its reads in flight in 7 bits a stream (4 ports x 15 = 60 in the ports, a stream's order FIFO
+64 entries, and the slices around them, < 128, `AxiDma.max_reads_in_flight`)."""
 
 
 BUFFERS = ("input", "accumulator", "output")

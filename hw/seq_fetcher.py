@@ -13,12 +13,14 @@ both through 4-deep FIFOs. A row block runs every column tile before the next
 block starts, so a buffered layer fills each block's input once for all its tiles
 (the tiles re-read only the weights), and a pass's group count changes once a layer.
 
-The fetcher starts a step's reads once the step before the previous one has
-been handed to the core (at most two fetched steps wait for the core), not
-when its buffer half is released: the loader writes a step's data only after
+The fetcher starts step k + FETCH_AHEAD's reads once step k has been handed
+to the core (at most FETCH_AHEAD = 3 fetched steps wait for the core), not
+when a buffer half is released: the loader writes a step's data only after
 the previous step has been handed over, which is when the core lets that half
-be overwritten, so the DMA round trip overlaps the core's last rows instead
-of following them.
+be overwritten, so the reads of the steps beyond wait in the DMA's ports, in
+order, and a step's round trip overlaps the core's work on the steps before
+it instead of following them (with two, a short step waited for its round
+trip every other step: docs/rtl-agreement.md, wave 3u).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from amaranth.utils import bits_for
 
 from fluidnpu.hw.descriptor import LAYOUT
 from fluidnpu.hw.fill_walker import block_layout as fill_block_layout
-from fluidnpu.hw.regmap import ROW_BITS
+from fluidnpu.hw.regmap import FETCH_AHEAD, ROW_BITS
 from fluidnpu.hw.seq_streams import (ADDR, KIND_BIAS, KIND_INPUT, KIND_WEIGHT, block_layout, plan_layout,
                                      read_cmd_layout, step_layout, tag_layout)
 
@@ -231,7 +233,7 @@ class SeqFetcher(wiring.Component):
         w_acc = self.rd_cmd.valid & self.rd_cmd.ready
         accepted = self.in_cmd.valid & self.in_cmd.ready
 
-        ahead_ok = step_fifo.level < 2
+        ahead_ok = step_fifo.level < FETCH_AHEAD
         may_start = ahead_ok & step_fifo.w_rdy & w_idle
 
         first_c, last_c = Signal(), Signal()

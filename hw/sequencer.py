@@ -201,7 +201,7 @@ class Sequencer(wiring.Component):
         # A read counts from the command slice's near end (one held in the slice is in flight), a response
         # as it enters its skid, whose ready is a register (one held in the skid is in flight by its
         # `busy`): neither the loader's ready nor the buffer's reaches the counts' adders
-        rd_out = [Signal(range(64), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet answered
+        rd_out = [Signal(range(128), name=f"rd_out{s}") for s in (0, 1)]   # reads issued, not yet answered
         for cnt, i, rsp in ((rd_out[0], rd_pair.i0, rsp_slice.i), (rd_out[1], rd_pair.i1, in_rsp_slice.i)):
             m.d.sync += cnt.eq(cnt + (i.valid & i.ready) - (rsp.valid & rsp.ready))
         # registered (the planner's state logic then starts at a register: +1 cycle a layer), and

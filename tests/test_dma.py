@@ -333,12 +333,26 @@ def _decode(layout, items: list[int]) -> list[dict]:
     return rsps
 
 
+class _HeldSink(StreamSink):
+    """A StreamSink that takes nothing for its first `hold` cycles."""
+
+    def __init__(self, *args, hold: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hold = hold
+
+    def _ready(self) -> int:
+        self.hold -= 1
+        return 0 if self.hold >= 0 else super()._ready()
+
+
 def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int = 64, nmax: int = 16,
                   timings: list[SlaveTiming] | None = None, seed: int = 0, cmd_valid: float = 1.0,
-                  rsp_ready: float = 1.0, error_ranges=(), reads1: list[dict] | None = None) -> MultiOutcome:
+                  rsp_ready: float = 1.0, error_ranges=(), reads1: list[dict] | None = None,
+                  rsp_hold: int = 0) -> MultiOutcome:
     """AxiDma with one AxiRamModel per port on one memory (each port its own timing), reads and
     writes streamed concurrently; runs until every response is in and both sides are idle.
-    `reads1`: a second read stream's commands (AxiDma(read_streams=2)), streamed beside `reads`."""
+    `reads1`: a second read stream's commands (AxiDma(read_streams=2)), streamed beside `reads`.
+    `rsp_hold`: the first stream's responses are not taken for that many cycles."""
     dut = AxiDma(data_width=dw, nmax=nmax, tag_width=4, ports=ports, read_streams=1 if reads1 is None else 2)
     timings = timings or [SlaveTiming()] * ports
     models = [AxiRamModel(dut.m_axi(0), size=MEM, data_width=dw, timing=timings[0], seed=seed,
@@ -348,7 +362,7 @@ def run_multiport(ports: int, reads: list[dict], writes: list[dict], *, dw: int 
     models[0].mem[:] = _random_mem(seed)
     rd_src = StreamSource(dut.rd_cmd, reads, valid_prob=cmd_valid, seed=seed + 1)
     wr_src = StreamSource(dut.wr_cmd, writes, valid_prob=cmd_valid, seed=seed + 2)
-    sink = StreamSink(dut.rd_rsp, len(reads), ready_prob=rsp_ready, seed=seed + 3)
+    sink = _HeldSink(dut.rd_rsp, len(reads), ready_prob=rsp_ready, seed=seed + 3, hold=rsp_hold)
     second = [] if reads1 is None else [StreamSource(dut.rd_cmd1, reads1, valid_prob=cmd_valid, seed=seed + 4),
                                         StreamSink(dut.rd_rsp1, len(reads1), ready_prob=rsp_ready, seed=seed + 5)]
     sim = Simulator(dut)
@@ -507,6 +521,22 @@ def test_second_stream_zero_reads_are_dealt_but_go_to_no_port(ports):
     check_read_responses(Outcome(out.models[0], None, None, out.rsps1, 0, [], 0), reads1, _random_mem(56), 16)
     assert [len(mdl.stats.ar_cycles) for mdl in out.models] == [12 * ports] + [0] * (ports - 1)
     assert out.engine_reads == [12 * ports] + [0] * (ports - 1)
+
+
+@pytest.mark.parametrize("ports", [2, 3])
+def test_a_held_response_of_one_stream_does_not_stop_the_others_reads(ports):
+    """Several ports, two streams: the first stream's consumer takes nothing for 400 cycles while each
+    port holds one of its reads (one a port); every read of the second stream, dealt to the same ports
+    behind them, is answered meanwhile, each port keeping a response register per stream (with one
+    register a port, the held response stopped every read behind it on its port, of either stream)."""
+    reads0 = [{"addr": 64 * k, "nwords": 4, "zero": 0, "tag": k} for k in range(ports)]
+    reads1 = [{"addr": 2048 + 8 * k, "nwords": 4, "zero": 0, "tag": k % 16} for k in range(8 * ports)]
+    out = run_multiport(ports, reads0, [], seed=57, reads1=reads1, rsp_hold=400)
+    mem = _random_mem(57)
+    for reads, rsps in ((reads0, out.rsps), (reads1, out.rsps1)):
+        check_read_responses(Outcome(out.models[0], None, None, rsps, 0, [], 0), reads, mem, 16)
+    assert all(len(mdl.stats.ar_cycles) == 9 for mdl in out.models)      # each port: one read and 8
+    assert max(out.rsp1_cycles) < 400 < min(out.rsp_cycles)
 
 
 # -- parameters ----------------------------------------------------------------

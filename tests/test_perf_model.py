@@ -264,11 +264,13 @@ def test_port_skew_prices_a_short_step_on_several_ports():
 def test_a_step_is_handed_over_from_its_last_command_not_the_weight_walkers_spare_cycle():
     """An FC step of one 1-beat weight row and one 1-beat input run (TPk = 1), traced on four 64-bit
     ports (docs/rtl-agreement.md, wave 3g): both commands go out in cycle 0, the weight walker spends
-    cycle 1 before the next step, and two steps take 9 cycles (the step's last command + its beat, 1,
-    plus `dma_latency` 8): 4.5 a step, not the (2 + 8) / 2 that timing the hand-over from the next
-    step's start would give. On one port both commands queue for the one command a cycle, so the step
-    ends with its input command: (2 + 8) / 2."""
+    cycle 1 before the next step, and the FETCH_AHEAD = 3 steps the fetcher runs ahead take 9 cycles
+    (the step's last command + its beat, 1, plus `dma_latency` 8): 3 a step, not the (2 + 8) / 3 that
+    timing the hand-over from the next step's start would give (with two steps ahead, wave 3g: 4.5).
+    On one port both commands queue for the one command a cycle, so the step ends with its input
+    command: (2 + 8) / 3."""
     from fluidnpu.dse.perf_model import layer_costs
+    from fluidnpu.hw.regmap import FETCH_AHEAD
 
     per_step = {}
     for n in (1, 4):
@@ -278,7 +280,8 @@ def test_a_step_is_handed_over_from_its_last_command_not_the_weight_walkers_spar
         # a block's overhead and its first step's bias, spread over 280 steps, aside
         assert float(costs.fetch(1, tile, 1)) / costs.n_p == pytest.approx(2, abs=0.01)
         per_step[n] = float(costs.block(1, tile, 1)) / costs.n_p
-    assert per_step == {1: pytest.approx(5.0, abs=0.01), 4: pytest.approx(4.5, abs=0.01)}
+    assert FETCH_AHEAD == 3
+    assert per_step == {1: pytest.approx(10 / 3, abs=0.01), 4: pytest.approx(3.0, abs=0.01)}
 
 
 def test_the_descriptor_reads_are_in_when_their_last_port_is_done():
@@ -491,6 +494,27 @@ def test_steps_where_a_kernel_row_ends_are_priced_apart():
     reads = im2col_row_reads(geo, 14, bus)
     assert reads.split_steps == 2 and reads.split_runs >= 4
     assert float(layer_costs(TPk, np.array(256), C, 1, bus, DEFAULT_TIMING, R=256).split_steps) == 0
+
+
+def test_a_short_groups_zero_fills_follow_its_real_reads_on_several_ports():
+    """Two packed groups, the second a short group's padding for `pad` of its rows, on two 64-bit ports:
+    the padding's zero fills take no port, but they are each step's last input reads (the groups read in
+    order), so the input stream's merge answers them one a cycle after the real reads the ports deliver:
+    the block costs its weights' beats and its real rows' beats over the two ports, the restart, one cycle
+    a zero fill and its fixed cycles (the RTL's ⟨16, 4, 4⟩ b = 3 layer: 19 cycles for a step of 8 real
+    and 8 zero reads, 20 for 16 real ones; docs/interpretations.md, "A short group's padding")."""
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, layer_costs
+
+    tm = DEFAULT_TIMING
+    costs = layer_costs(np.array(12), np.array(96), np.array(4), 1, Bus.of_ports(2, PORT64), tm, R=64)
+    tile, t, g = costs.tile(np.array(4), np.array(2)), np.array(16), np.array(2)
+    assert (costs.n_p, float(costs.in_runs), float(costs.in_beats)) == (8, 8.0, 24.0)   # 3-beat runs
+    fixed = costs.n_p * tm.step_overhead + tm.block_overhead
+    for pad in (0.0, 0.5, 1.0):
+        real = (2 - pad) * 16 * 24 / 2                    # the real rows' beats, over two ports
+        zeros = pad * 16 * 8                              # one cycle a padding run
+        hand = float(tile.weight_beats) + real + costs.n_p * tm.port_restart + zeros + fixed
+        assert float(costs.block(t, tile, g, pad=pad)) == pytest.approx(hand)
 
 
 def test_rows_of_two_kinds_are_paced_apart():

@@ -98,7 +98,7 @@ def test_uram_takes_big_buffers_on_ultrascale():
 # ---------------------------------------------------------------- LUT/FF model (docs/resources.md)
 AXI_PORTS = Path(__file__).resolve().parent.parent / "docs" / "figures" / "resources" / "axi_ports.json"
 AXI_PORT_FIELDS = ("lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word",
-                   "lut_per_merge_word", "lut_per_zero_word")
+                   "lut_per_merge_word", "lut_per_zero_word", "ff_per_split_word")
 CALIBRATION = Path(__file__).resolve().parents[1] / "docs" / "figures" / "resources" / "calibration.json"
 
 
@@ -294,11 +294,13 @@ def test_extra_axi_ports_are_the_documented_fit():
     benchmarks/synth_axi_ports.py's fit (docs/figures/resources/axi_ports.json), within 5 % of every
     AxiDma it synthesized; each further port is a ReadEngine + WriteEngine, plus, on more than one, the
     per-stream merge: one N:1 select of NMAX words a stream, a LUT level for 2 to 4 ports, and on 4 ports,
-    whose select fills its LUT6s, a LUT a bit more for the input stream's zero-read answer."""
+    whose select fills its LUT6s, a LUT a bit more for the input stream's zero-read answer; and each port on
+    more than one keeps a response register per stream (FFs, per NMAX word)."""
     doc = json.loads(AXI_PORTS.read_text())
     assert doc["model_up_to_date"] and doc["fit"] == {**{k: asdict(DEFAULT_LOGIC)[k] for k in AXI_PORT_FIELDS},
                                                       **asdict(DEFAULT_WIDE_PORTS)}
     assert all(abs(p["lut_err"]) < 0.05 for p in doc["points"])
+    assert all(abs(p["ff_err"]) < 0.05 for p in doc["points"] if p["data_width"] == 64)
     tp, tc = np.array([4, 8]), np.array([16, 64])
     one, two, four = (np.array(control_logic(tp, tc, 8, 54, axi_ports=n)) for n in (1, 2, 4))
     nmax = dma_words(tp, tc)
@@ -306,6 +308,8 @@ def test_extra_axi_ports_are_the_documented_fit():
     merge = DEFAULT_LOGIC.lut_per_merge_word * nmax        # once, with more than one port (up to 4)
     assert np.allclose(two[0] - one[0], port + merge)
     assert np.allclose(four[0] - two[0], 2 * port + DEFAULT_LOGIC.lut_per_zero_word * nmax) and (four[1] > two[1]).all()
+    ff_port = DEFAULT_LOGIC.ff_per_axi_port + DEFAULT_LOGIC.ff_per_axi_port_word * nmax
+    assert np.allclose(two[1] - one[1], ff_port + 2 * DEFAULT_LOGIC.ff_per_split_word * nmax)
     assert [merge_luts(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [0, 1, 1, 1, 2, 2, 3]
     assert [zero_luts(n) for n in (1, 2, 3, 4)] == [0, 0, 0, 1]
 

@@ -18,7 +18,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from fluidnpu.hw.descriptor import LayerDescriptor
-from fluidnpu.hw.regmap import KCode
+from fluidnpu.hw.regmap import FETCH_AHEAD, KCode
 from fluidnpu.hw.seq_fetcher import SeqFetcher
 from fluidnpu.hw.seq_streams import KIND_BIAS, KIND_INPUT, KIND_WEIGHT
 from fluidnpu.sim_tb.seq_bench import block_rows, plan_values
@@ -188,10 +188,11 @@ def test_walkers_issue_side_by_side_but_never_ahead_of_a_step(seed):
         assert max(a) <= min(b)
 
 
-def test_runs_at_most_two_steps_ahead_of_the_loader():
+def test_runs_at_most_fetch_ahead_steps_ahead_of_the_loader():
+    """With no step handed over, the fetcher issues FETCH_AHEAD steps' reads and then waits."""
     out = run(LAYERS[0], step_ready=0.0, cycles=600)
     step_ends = [r for r in out["reads"] if r[0] == KIND_INPUT and r[-1]]
-    assert len(step_ends) == 2 and out["steps"] == [] and out["idle_end"] == 0
+    assert len(step_ends) == FETCH_AHEAD == 3 and out["steps"] == [] and out["idle_end"] == 0
 
 
 def test_a_row_that_ends_in_the_next_contiguous_tap_is_one_read():
