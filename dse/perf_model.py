@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, fields, replace
-from typing import Callable, NamedTuple, Union
+from typing import Callable, NamedTuple, Sequence, Union
 
 import numpy as np
 
@@ -39,7 +39,11 @@ from fluidnpu.hw.regmap import (FETCH_AHEAD, K_CODES, ROW_BITS, KCode, buffer_wi
                                 nmax)
 
 ArrayLike = Union[int, float, np.ndarray]
-BlockPrice = Callable[..., np.ndarray]   # `LayerCosts.block` or `LayerCosts.staging`: a block's price
+BlockPrice = Callable[..., list]   # `LayerCosts.blocks` or `LayerCosts.stagings`: a block's price in column tiles
+# a layer priced for the DSE's bound and as it is side by side, along a leading axis of their own (the DSE's
+# arrays have at most three: splits, designs, layers): side 0 without the several-port skew (`LayerCosts.skew`)
+# and a buffered layer with the bound's fill (`FillShape.sided`), side 1 as it is (`layer_cycles_bound`)
+SIDES = np.array([0.0, 1.0]).reshape(2, 1, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,11 @@ def mode_dims(TR: ArrayLike, TP: ArrayLike, TC: ArrayLike, k_code: int) -> tuple
     return k_dims(np.asarray(TR), np.asarray(TP), np.asarray(TC), k_code)
 
 
+def _unpadded(pad: ArrayLike) -> bool:
+    """A block without a short group's padding rows (`LayerCosts.block`'s `pad` a scalar 0, as in most)."""
+    return np.ndim(pad) == 0 and pad == 0
+
+
 def _ceil_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return -(-a // b)
 
@@ -127,10 +136,12 @@ class TileCosts:
     weight_beats: np.ndarray = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
     first_weight_cmds: np.ndarray = 0.0  # the same of the first step's weight rows + bias
     first_weight_beats: np.ndarray = 0.0
+    last_weight: np.ndarray = 0.0       # several ports: when a step's last weight copy is in (`port_skew`'s f_w) ...
+    groups: np.ndarray | None = None    # ... for the groups the tile was priced for (`LayerCosts.tile`)
 
 
-def astuple_shallow(tile: TileCosts) -> tuple[np.ndarray, ...]:
-    """A TileCosts' arrays in field order (dataclasses.astuple would deep-copy them)."""
+def astuple_shallow(tile: "TileCosts | LayerParts") -> tuple[np.ndarray, ...]:
+    """A TileCosts' (or LayerParts') arrays in field order (dataclasses.astuple would deep-copy them)."""
     return tuple(getattr(tile, f.name) for f in fields(tile))
 
 
@@ -280,6 +291,7 @@ class FillShape:
     row_words: np.ndarray
     chunk: ArrayLike          # words a fill read moves (an array over designs in the DSE)
     rate: ArrayLike | None = None   # set: a block of t rows fills rate * t input rows (the DSE's bound)
+    sided: bool = False       # with `rate`: rate * t on the bound's side of `SIDES`, its own rows on the other
 
     @classmethod
     def of(cls, TP: ArrayLike, TC: ArrayLike, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike,
@@ -307,12 +319,13 @@ class FillShape:
         longer than a sample reads its samples' whole inputs and a partial window row at each end."""
         t = np.asarray(t, dtype=float)
         rows_out = (t + self.out_w - 1) / self.out_w
-        if self.rate is not None:
+        if self.rate is not None and not self.sided:
             return rows_out, self.rate * t
         npix = self.out_w * self.out_h
         within = np.minimum((rows_out - 1) * self.sh + self.kh, self.in_h)
         across = t / npix * self.in_h + np.maximum(self.kh - self.sh, 0)
-        return rows_out, np.where(t <= npix, within, across)
+        rows_in = np.where(t <= npix, within, across)
+        return rows_out, rows_in if self.rate is None else np.where(SIDES == 0, self.rate * t, rows_in)
 
     def words(self, t: ArrayLike) -> np.ndarray:
         """Words a block of t rows of one group fills."""
@@ -339,7 +352,8 @@ class LayerCosts:
     bias_chunk: ArrayLike = 8    # int32 biases one read moves (NMAX / 2 = max(TP, TC, 8))
     in_beats: ArrayLike = 0.0    # beats (and zero-fill responses) of one input row over all steps
     in_runs: ArrayLike = 1.0     # DMA commands of one input row over all steps
-    skew: bool = True            # False: price steps without `port_skew` (the DSE's lower bound)
+    skew: bool | np.ndarray = True  # False: price steps without `port_skew` (the DSE's lower bound);
+                                    # `SIDES`: without it and with it side by side (`layer_cycles_bound`)
     depth: ArrayLike = 0         # the engine's adder pipeline in this mode (`regmap.mode_depth`)
     first_beats: ArrayLike = 0.0  # a block's first rows of its steps, read one run a tap: beats and
     first_runs: ArrayLike = 0.0   # commands beyond in_beats and in_runs (`layer_costs`)
@@ -359,7 +373,8 @@ class LayerCosts:
         f = self.fill
         assert f is not None
         words = f.words(t) * np.asarray(groups)
-        return self.bus.stream(self.bus.beats(words, np.ceil(words / f.chunk)), np.ceil(words / f.chunk))
+        reads = np.ceil(words / f.chunk)
+        return self.bus.stream(self.bus.beats(words, reads), reads)
 
     def first_fill(self, t: ArrayLike, groups: ArrayLike) -> np.ndarray:
         """A layer's first block waits for its own fill: the walker, the reads, a round trip, the pipeline."""
@@ -426,9 +441,22 @@ class LayerCosts:
         copies = self._bias_copies(w, g)
         weights, cmds, beats = self._weights(self.P, w, grain, g, copies)
         _, first_cmds, first_beats = self._weights(np.minimum(self.TPk, self.P), w, grain, g, copies)
+        copies_beats, last_copy_beats = self.bus.beats(w * g * (g + 1) // 2, g, grain), self.bus.beats(w * g, 1, grain)
         return TileCosts(w, weights, np.maximum(1.0, self.bus.cycles(w, 1, grain)), self.bus.beats(w, 1, grain),
-                         self.bus.beats(w * g * (g + 1) // 2, g, grain), self.bus.beats(w * g, 1, grain),
-                         cmds, beats, first_cmds, first_beats)
+                         copies_beats, last_copy_beats, cmds, beats, first_cmds, first_beats,
+                         self._last_weight(g, copies_beats, last_copy_beats), g)
+
+    def _last_weight(self, groups: np.ndarray, copies_beats: np.ndarray, last_copy_beats: np.ndarray) -> ArrayLike:
+        """`port_skew`'s f_w, when a step's last weight copy is in: the same in every block of a tile run by
+        the groups it was priced for, so priced with it (0 on one port, where there is no skew)."""
+        n = self.bus.n_ports
+        if n == 1:
+            return 0.0
+        pc = self.bus.port_cycles
+        n_w = self.TPk * groups                                                # weight commands a step
+        b_last = last_copy_beats * pc
+        b_port = np.where(n % groups == 0, b_last, copies_beats / groups * pc)
+        return np.maximum(n_w - 1 + b_last, (n_w - 1) % n + _ceil_div(n_w, n) * b_port)
 
     def port_skew(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """Cycles by which a step's last response follows its command stream, on several ports.
@@ -439,7 +467,7 @@ class LayerCosts:
         port's earlier commands, and responses leave in command order, one a cycle. So the
         step's last response comes at max(stream, f_w + m, c - 1 + B_i) (c = n_w + m
         commands, n_w = TPk G), f_w = max(n_w - 1 + B_G, (n_w - 1) mod N + ceil(n_w/N) B_port)
-        being when the last weight copy is in: B_G the last (longest) copy's beats, B_port
+        being when the last weight copy is in (`TileCosts.last_weight`): B_G the last (longest) copy's beats, B_port
         the copies' a port carries -- the longest where G divides N (a port then always
         gets the same group's copy, and one port the last group's), else their mean;
         `stream` = max(c, beats / N) is what `fetch` charges (with two walkers: their longer
@@ -449,25 +477,25 @@ class LayerCosts:
         beats already run one by one there (docs/rtl-agreement.md, "Several AXI ports").
         """
         n = self.bus.n_ports
-        if n == 1 or not self.skew:
+        if n == 1 or self.skew is False:
             return np.zeros(np.broadcast(np.asarray(t), np.asarray(groups), self.n_p).shape)
         d_weights, d_inputs = self._skew_terms(t, tile, groups)
-        return np.maximum(np.maximum(d_weights, d_inputs), 0.0)
+        return self._sides(np.maximum(np.maximum(d_weights, d_inputs), 0.0))
+
+    def _sides(self, skew: np.ndarray) -> np.ndarray:
+        """The skew as priced: itself, or 0 on the bound's side of `SIDES` and itself on the other."""
+        return skew if self.skew is True else skew * self.skew
 
     def _skew_terms(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         """`port_skew` before its max: (the step's hand-over after its last weight row, last input run
         out) - stream. Each is linear minus convex in t (m, c and the beats grow linearly with t), so
         concave in t."""
-        bus = self.bus
-        n = bus.n_ports
-        pc = bus.port_cycles
+        pc = self.bus.port_cycles
         m, beats_in = self._step_inputs(t, groups)
         b_in = beats_in * pc                                                  # cycles of one on its port
-        g = groups
-        n_w = self.TPk * g                                                     # weight commands a step
-        b_last = tile.last_copy_beats * pc
-        b_port = np.where(n % g == 0, b_last, tile.copies_beats / g * pc)
-        last_w = np.maximum(n_w - 1 + b_last, (n_w - 1) % n + _ceil_div(n_w, n) * b_port)
+        n_w = self.TPk * groups                                                # weight commands a step
+        last_w = (tile.last_weight if groups is tile.groups
+                  else self._last_weight(np.asarray(groups), tile.copies_beats, tile.last_copy_beats))
         beats = self.TPk * tile.copies_beats + m * beats_in
         if self.bus.walkers == 1:
             c = n_w + m
@@ -504,7 +532,7 @@ class LayerCosts:
         a packed FC step on 2 ports, 14 beats on one port against 11 (docs/rtl-agreement.md)."""
         n = self.bus.n_ports
         g = np.asarray(groups)
-        if n == 1 or not self.skew or not np.any(g > 1):
+        if n == 1 or self.skew is False or not np.any(g > 1):
             return None
         if self.bus.walkers == 2:
             # two walkers: the DMA starts each layer's deal at port 0 (`rd_restart`), and a pair of reads
@@ -516,7 +544,7 @@ class LayerCosts:
         per_group = m / g                                                      # input runs a group
         repeats = (g > 1) & (n % g == 0) & np.isclose(per_group, np.rint(per_group))
         beats = self.TPk * g * tile.last_copy_beats + m * b_in
-        return np.where(repeats, beats * self.bus.port_cycles / n, 0.0)
+        return self._sides(np.where(repeats, beats * self.bus.port_cycles / n, 0.0))
 
     def port_skew_floor(self, t_lo: ArrayLike, t_hi: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
         """A lower bound on `port_skew` at every t in [t_lo, t_hi]: each of its concave terms
@@ -588,42 +616,59 @@ class LayerCosts:
         The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
         group units): zero-fill reads and no write-back.
         """
+        return self.blocks(t, (tile,), groups, extra, pad)[0]
+
+    def blocks(self, t: ArrayLike, tiles: Sequence[TileCosts], groups: ArrayLike, extra: ArrayLike = 0.0,
+               pad: ArrayLike = 0.0) -> list[np.ndarray]:
+        """`block` in each of `tiles` (a layer's column tiles): the block's rows, which no tile changes,
+        priced once."""
         t, groups = np.asarray(t), np.asarray(groups)
         tm = self.timing
-        fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
-        walks = [self._walk(*kind) for kind in kinds]
-        fetch = sum(walks) + fixed
+        fixed, rows = self._step_rows(t, groups, extra, pad)
         compute = self.n_p * t
-        handed = self._walk_kinds(kinds, handover=True) + fixed if self.bus.n_ports > 1 else fetch
-        balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / FETCH_AHEAD
-        # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
-        paced = self._walk_kinds(kinds, rate=True) + fixed if self.bus.n_ports == 1 else fetch
-        steps = np.maximum(np.maximum(compute, paced), balance)
-        if self.bus.n_ports > 1 and self.fill is None:
-            # a step's reads wait in the ports while the core works through the step two before; its data
-            # enters the staging half the core releases, at the ports' pace, and restarts through the merge.
-            # Each kind of step at its own pace, as `fetch` walks them: the longer of its reads' walk and
-            # its beats plus the restart (docs/interpretations.md, "The ports' restart")
-            restart = tm.port_restart + self._padding_zeros(t, pad) / self.n_p
-            restarted = [np.asarray(w_beats) + np.asarray(in_beats) + restart * np.asarray(n)
-                         for _, w_beats, _, in_beats, n in kinds]
-            if len(kinds) == 1:     # the same bound on the kind's (smaller) shape, before it broadcasts
-                steps = np.maximum(steps, restarted[0] + fixed)
-            else:
-                steps = np.maximum(steps, sum(np.maximum(w, r) for w, r in zip(walks, restarted)) + fixed)
-        busiest = self.busiest_port(t, tile, groups)
-        if busiest is not None:
-            steps = np.maximum(steps, self.n_p * busiest + fixed)
-        return np.maximum(steps, t * (groups - np.asarray(pad)) * tile.out_row)
+        several = self.bus.n_ports > 1
+        # a step's reads wait in the ports while the core works through the step two before; its data enters the
+        # staging half the core releases, at the ports' pace, and restarts through the merge. Each kind of step
+        # at its own pace, as `fetch` walks them: the longer of its reads' walk and its beats plus the restart
+        # (docs/interpretations.md, "The ports' restart")
+        restart = tm.port_restart + self._padding_zeros(t, pad) / self.n_p if several and self.fill is None else None
+        written = t * (groups - np.asarray(pad))
+        out = []
+        for tile in tiles:
+            kinds = self._kinds(tile, rows)
+            walks = [self._walk(*kind) for kind in kinds]
+            fetch = sum(walks) + fixed
+            handed = self._walk_kinds(kinds, handover=True) + fixed if several else fetch
+            balance = (handed + self.n_p * (tm.dma_latency + self.port_skew(t, tile, groups))) / FETCH_AHEAD
+            # back to back, a step on one port may also leave the port a cycle empty (`_walk`'s `rate`)
+            paced = fetch if several else self._walk_kinds(kinds, rate=True) + fixed
+            steps = np.maximum(np.maximum(compute, paced), balance)
+            if restart is not None:
+                restarted = [np.asarray(w_beats) + np.asarray(in_beats) + restart * np.asarray(n)
+                             for _, w_beats, _, in_beats, n in kinds]
+                if len(kinds) == 1:     # the same bound on the kind's (smaller) shape, before it broadcasts
+                    steps = np.maximum(steps, restarted[0] + fixed)
+                else:
+                    steps = np.maximum(steps, sum(np.maximum(w, r) for w, r in zip(walks, restarted)) + fixed)
+            busiest = self.busiest_port(t, tile, groups)
+            if busiest is not None:
+                steps = np.maximum(steps, self.n_p * busiest + fixed)
+            out.append(np.maximum(steps, written * tile.out_row))
+        return out
 
     def _padding_zeros(self, t: ArrayLike, pad: ArrayLike) -> ArrayLike:
         """Cycles a block's short-group padding rows (`pad` of a group's t rows, `block`) add to its steps on
         several ports: a step's groups read in order, the short group last, so its padding's zero fills are
         the step's last input reads, and the input stream's in-order merge answers them one a cycle after
         the real reads the ports deliver (hw/dma.py, `AxiDma`). 0 where no row is padding."""
-        if np.ndim(pad) == 0 and pad == 0:
+        if _unpadded(pad):
             return 0.0
         return np.asarray(t) * np.asarray(pad) * self._row_terms[0]
+
+    def stagings(self, t: ArrayLike, tiles: Sequence[TileCosts], groups: ArrayLike,
+                 pad: ArrayLike = 0.0) -> list[np.ndarray]:
+        """`staging` in each of `tiles` (`blocks`' counterpart)."""
+        return [self.staging(t, tile, groups, pad) for tile in tiles]
 
     def staging(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, pad: ArrayLike = 0.0) -> np.ndarray:
         """Half the staging loop of a block of t rows: a block's last step is handed to the core only once
@@ -658,6 +703,23 @@ class LayerCosts:
         """`fetch`'s fixed cycles and its kinds of step, each as `_walk`'s (weight commands, weight beats,
         input commands, input beats, steps): all of a block's steps, or, where a kernel row ends inside
         some, those steps and the others apart (`split_steps`)."""
+        fixed, rows = self._step_rows(t, groups, extra, pad)
+        return fixed, self._kinds(tile, rows)
+
+    @staticmethod
+    def _kinds(tile: TileCosts, rows: list[tuple]) -> list[tuple]:
+        """`_step_kinds`' kinds of step from `_step_rows`' (share of the steps, input commands, input beats,
+        steps) and a tile's weights (which go by step count)."""
+        if len(rows) == 1:
+            _, in_cmds, beats, steps = rows[0]
+            return [(tile.weight_cmds, tile.weight_beats, in_cmds, beats, steps)]
+        w_cmds, w_beats = np.asarray(tile.weight_cmds), np.asarray(tile.weight_beats)
+        return [(w_cmds * share, w_beats * share, in_cmds, beats, steps) for share, in_cmds, beats, steps in rows]
+
+    def _step_rows(self, t: ArrayLike, groups: ArrayLike, extra: ArrayLike = 0.0,
+                   pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[tuple]]:
+        """`_step_kinds` without the weights, which no row changes: the fixed cycles and each kind of step as
+        (its share of the steps (None: all), input commands, input beats, steps)."""
         tm = self.timing
         fixed = self.n_p * tm.step_overhead + tm.block_overhead + extra
         runs_c, beats_c, pad_c, first_c, first_b = self._row_terms
@@ -666,8 +728,7 @@ class LayerCosts:
         if self._excess is not None:
             fixed = fixed + tg * self._excess
         in_cmds = tg * runs_c + first_c
-        padded = not (np.ndim(pad) == 0 and pad == 0)      # the padding's saving is 0 in most blocks
-        pad_beats = t * pad * pad_c if padded else 0.0
+        pad_beats = 0.0 if _unpadded(pad) else t * pad * pad_c    # the padding's saving is 0 in most blocks
         beats = tg * beats_c - pad_beats + first_b
         if self.fill is not None:
             # the next row block's fill (taken as this block's size) shares the ports with this row block's
@@ -675,17 +736,15 @@ class LayerCosts:
             beats = beats + self.fill_cycles(t, groups) / np.asarray(self.fill_tiles)
         split = self._split_terms
         if split is None:
-            return fixed, [(tile.weight_cmds, tile.weight_beats, in_cmds, beats, self.n_p)]
+            return fixed, [(None, in_cmds, beats, self.n_p)]
         # the steps in which a kernel row ends read two runs a row: they may wait on their commands where
         # the others wait on the beats, so each kind walks at its own pace (docs/interpretations.md,
         # "Steps of two kinds"); the weights, the steps' first rows and the padding go by step count
         steps, share, runs_s, beats_s = split
         s_cmds = tg * runs_s + first_c * share
         s_beats = tg * beats_s + (first_b - pad_beats) * share
-        w_cmds, w_beats = np.asarray(tile.weight_cmds), np.asarray(tile.weight_beats)
-        return fixed, [(w_cmds * (1 - share), w_beats * (1 - share), in_cmds - s_cmds, beats - s_beats,
-                        self.n_p - steps),
-                       (w_cmds * share, w_beats * share, s_cmds, s_beats, steps)]
+        return fixed, [(1 - share, in_cmds - s_cmds, beats - s_beats, self.n_p - steps),
+                       (share, s_cmds, s_beats, steps)]
 
     @functools.cached_property
     def _excess(self) -> np.ndarray | None:
@@ -1049,7 +1108,7 @@ class LayerSetup:
     full_h: TileCosts            # ... by the last pass's h groups
     last_g: TileCosts            # the last column tile, g groups
     last_h: TileCosts            # ... h groups
-    first: TileCosts             # the layer's first pass: full_h where it is the only pass, else full_g
+    first: TileCosts             # the layer's first pass: full_h where it is the only pass, else full_g (its groups)
     pad: np.ndarray              # the last pass's padding rows, in group units (`LayerCosts.block`)
 
 
@@ -1151,37 +1210,35 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
     """(the passes' blocks with their set-ups, the layer's last block: the drain's, priced on the way)."""
     m, costs, timing = setup.mode, setup.mode.costs, setup.mode.costs.timing
 
-    def blocks_cycles(price: BlockPrice, by_g: TileCosts, by_h: TileCosts) -> tuple[np.ndarray, np.ndarray]:
-        """(a column tile's blocks, each priced by `price` (block or staging), its last block). Every group of
-        a pass streams all the pass's rows; a short group's rows beyond its samples' are padding, which
-        fills the pass's last blocks (`padded_blocks`)."""
-        def pass_cycles(split: tuple, tile: TileCosts, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def all_tiles(price: BlockPrice) -> tuple[np.ndarray, np.ndarray]:
+        """(the column tiles' blocks, each priced by `price` (blocks or stagings) in the full tile and the last
+        at once, the layer's last block). Every group of a pass streams all the pass's rows; a short group's
+        rows beyond its samples' are padding, which fills the pass's last blocks (`padded_blocks`)."""
+        def pass_cycles(split: tuple, tiles: tuple[TileCosts, ...], groups: np.ndarray) -> tuple[list, np.ndarray]:
             n, s, big = split
-            small = price(s, tile, groups)
-            return (n - big) * small + big * price(s + 1, tile, groups), small
-        full, _ = pass_cycles(rb.full, by_g, setup.g)
+            small = price(s, tiles, groups)
+            return [(n - big) * a + big * b for a, b in zip(small, price(s + 1, tiles, groups))], small[-1]
+        full, _ = pass_cycles(rb.full, (setup.full_g, setup.last_g), setup.g)
+        by_h = (setup.full_h, setup.last_h)
         if not np.any(setup.pad):
             last, last_block = pass_cycles(rb.last, by_h, setup.h)
-            return (setup.npass - 1) * full + last, last_block
-        # the last pass: blocks of real rows, the block across the short group's last sample, padding blocks
-        last = np.zeros(np.broadcast(full, setup.pad).shape)
-        for count, t, pad in padded_blocks(rb.last, setup.rows_last, setup.pad):
-            last = last + count * price(t, by_h, setup.h, pad=pad)
-        # the drain takes the last block at the pass's even share of padding: concave in its rows, as the
-        # DSE's bound needs (`layer_cycles_bound`)
-        return (setup.npass - 1) * full + last, price(rb.last[1], by_h, setup.h, pad=setup.pad)
-
-    def all_tiles(price: BlockPrice) -> tuple[np.ndarray, np.ndarray]:
-        full, _ = blocks_cycles(price, setup.full_g, setup.full_h)
-        last, last_block = blocks_cycles(price, setup.last_g, setup.last_h)
-        return (m.nct - 1) * full + last, last_block
+        else:
+            # the last pass: blocks of real rows, the block across the short group's last sample, padding blocks
+            last = [np.zeros(np.broadcast(f, setup.pad).shape) for f in full]
+            for count, t, pad in padded_blocks(rb.last, setup.rows_last, setup.pad):
+                last = [x + count * p for x, p in zip(last, price(t, by_h, setup.h, pad=pad))]
+            # the drain takes the last block at the pass's even share of padding: concave in its rows, as the
+            # DSE's bound needs (`layer_cycles_bound`)
+            last_block = price(rb.last[1], by_h[1:], setup.h, pad=setup.pad)[0]
+        full_tile, last_tile = ((setup.npass - 1) * f + x for f, x in zip(full, last))
+        return (m.nct - 1) * full_tile + last_tile, last_block
 
     # passes -> row blocks -> column tiles (hw/seq_fetcher.py): each pass's fetcher set-up (a cycle, one per
     # group) once a layer, before its first block, and the layer's first tile's cycle
     setups = (setup.npass - 1) * (timing.pass_overhead + setup.g) + timing.pass_overhead + setup.h + 1
-    blocks, last_block = all_tiles(costs.block)
+    blocks, last_block = all_tiles(costs.blocks)
     # the fetcher's pace, or the staging loop's where blocks are a step or two of few rows (set-ups hide in it)
-    return np.maximum(blocks + setups, all_tiles(costs.staging)[0]), last_block
+    return np.maximum(blocks + setups, all_tiles(costs.stagings)[0]), last_block
 
 
 def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -1225,7 +1282,7 @@ def _prologue(setup: LayerSetup, rb: RowBlocks, skew: ArrayLike = 0.0) -> np.nda
     DSE's bound adds to it, which a buffered layer's first fill overlaps like the rest)."""
     # the first pass's set-up is in the prologue
     costs = setup.mode.costs
-    groups = np.where(setup.npass == 1, setup.h, setup.g)
+    groups = setup.first.groups      # the first pass's: h where it is the only pass, else g
     pro = costs.prologue(rb.t0_first, setup.first, groups) + skew
     if costs.fill is None:
         return pro
@@ -1268,7 +1325,14 @@ def without_port_skew(setup: LayerSetup) -> LayerSetup:
     return replace(setup, mode=replace(setup.mode, costs=replace(costs, skew=False)))
 
 
-def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def with_fill(setup: LayerSetup, fill: FillShape) -> LayerSetup:
+    """The same buffered layer priced with another fill (the DSE's bound: `FillShape.linear`): none of its
+    other costs depends on the fill (`mode_costs`)."""
+    return replace(setup, mode=replace(setup.mode, costs=replace(setup.mode.costs, fill=fill)))
+
+
+def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike,
+                       low_fill: FillShape | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(cycles at TR = hi, a lower bound on the cycles at every TR in [lo, hi]).
 
     Each part is taken where it is smallest on the range (docs/interpretations.md, Eq. 2):
@@ -1278,19 +1342,38 @@ def layer_cycles_bound(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike) -> tuple
     convex in a block's rows), plus the prologue's skew at its smaller end (`port_skew_floor`).
     Where the mode does not exist at hi it exists nowhere on the range (inf). At lo == hi the
     bound is the cycles, bit for bit, unless the skew delays a block (then it is below them).
+    `low_fill`: a buffered layer's bound priced with this fill in place of its own (`FillShape.linear`).
+
+    The parts at hi of the cycles and of the bound differ only by the skew and the fill, so they are priced
+    side by side in one call (`SIDES`: numpy's per-call cost is most of a few hundred designs' price).
     """
-    at_hi = layer_parts(setup, hi)
-    return at_hi.cycles(setup), layer_cycles_low(setup, lo, hi, at_hi)
+    costs = setup.mode.costs
+    low = setup if low_fill is None else with_fill(setup, low_fill)
+    skew = costs.bus.n_ports > 1 and costs.skew is True
+    if not (skew or low_fill is not None) or max(np.ndim(hi), np.ndim(setup.g)) >= SIDES.ndim:
+        at_hi = layer_parts(setup, hi)
+        return at_hi.cycles(setup), layer_cycles_low(low, lo, hi, at_hi if low is setup else None)
+    sided = replace(costs, skew=SIDES if skew else costs.skew,
+                    fill=costs.fill if low_fill is None else replace(low_fill, sided=True))
+    parts = astuple_shallow(layer_parts(replace(setup, mode=replace(setup.mode, costs=sided)), hi))
+    ndim = max(np.ndim(x) for x in parts if np.ndim(x) < SIDES.ndim)   # the parts' own axes
+
+    def side(i: int) -> LayerParts:
+        return LayerParts(*(x[i].reshape(x.shape[x.ndim - ndim:]) if np.ndim(x) == SIDES.ndim else x for x in parts))
+    at_hi = side(1)
+    return at_hi.cycles(setup), layer_cycles_low(low, lo, hi, free_hi=side(0))
 
 
-def layer_cycles_low(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike, at_hi: LayerParts | None = None) -> np.ndarray:
-    """`layer_cycles_bound`'s lower bound alone (`at_hi`: the parts at hi, where already priced)."""
+def layer_cycles_low(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike, at_hi: LayerParts | None = None,
+                     free_hi: LayerParts | None = None) -> np.ndarray:
+    """`layer_cycles_bound`'s lower bound alone (`at_hi`: the parts at hi, where already priced;
+    `free_hi`: those without the skew)."""
     free = without_port_skew(setup)
-    free_hi = at_hi if free is setup and at_hi is not None else layer_parts(free, hi)
+    if free_hi is None:
+        free_hi = at_hi if free is setup and at_hi is not None else layer_parts(free, hi)
     rb_lo = row_blocks(free, lo)
     rb_hi = row_blocks(free, hi)
-    groups = np.where(setup.npass == 1, setup.h, setup.g)
-    skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, groups)
+    skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, setup.first.groups)
     low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo, skew),
                      np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
     return low.cycles(free)

@@ -28,8 +28,8 @@ import numpy as np
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.buffer_fit import block_words
 from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
-                                     layer_cycles_bound, layer_cycles_low, layer_edge, layer_inside, layer_parts, layer_setup,
-                                     mode_costs, row_blocks, windows)
+                                     layer_cycles_bound, layer_edge, layer_inside, layer_parts, layer_setup, mode_costs,
+                                     row_blocks, windows)
 from fluidnpu.dse.resource_model import (Resources, bram_reserve, buffer_room, buffers_bram36, design_resources,
                                          feasible_designs, input_buffer_per_bank, input_buffer_words, logic_fits,
                                          memory_tr_max, over_limits)
@@ -299,25 +299,27 @@ def _applies(cyc: np.ndarray, shapes: LayerShapes, b: int, ch: Choice) -> np.nda
     return cyc
 
 
-def buffered_low(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, shapes: LayerShapes,
-                 fill: FillShape, most: np.ndarray, reprice: Callable[[FillShape], LayerSetup]) -> np.ndarray:
-    """A lower bound on a buffered choice's cycles at every TR in [lo, hi] (docs/interpretations.md,
-    "The DSE's buffered bound"). Its blocks grow with TR and the room shrinks, so where they do not fit
-    at lo in `most` words (the room at lo, the most there is on the range) the choice exists nowhere on
-    the range (inf). Elsewhere, the choice repriced (`reprice`) with a fill linear in a block's rows and
-    below the layer's own on every block the range holds (`FillShape.linear`), so that a block's cost stays
-    convex in its rows and `layer_cycles_low` holds on the whole range: where the blocks stop fitting
-    inside the range, the bound is that of a range that runs buffered to hi, which is lower still."""
+def buffered_bound(setup: LayerSetup, lo: np.ndarray, hi: np.ndarray, TP: np.ndarray, fill: FillShape,
+                   depth: np.ndarray, most: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(`buffered_cycles` at hi in `depth` words, a lower bound on a buffered choice's cycles at every TR in
+    [lo, hi]) (docs/interpretations.md, "The DSE's buffered bound"). Its blocks grow with TR and the room
+    shrinks, so where they do not fit at lo in `most` words (the room at lo, the most there is on the range)
+    the choice exists nowhere on the range (inf). Elsewhere, the bound prices the choice with a fill linear
+    in a block's rows and below the layer's own on every block the range holds (`FillShape.linear`), so that
+    a block's cost stays convex in its rows and `layer_cycles_bound` holds on the whole range: where the
+    blocks stop fitting inside the range, the bound is that of a range that runs buffered to hi, which is
+    lower still."""
     shape = np.broadcast(setup.g, lo, setup.R).shape
     rb_lo = row_blocks(setup, lo)
     at_lo = np.broadcast_to(block_words(fill, setup, rb_lo, TP) <= most, shape)
     if not at_lo.any():
-        return np.full(shape, np.inf)
+        return np.full(shape, np.inf), np.full(shape, np.inf)
     rb_hi = row_blocks(setup, hi)
     t_lo = np.maximum(np.minimum(rb_lo.full[1], rb_lo.last[1]), 1)     # the smallest block (balanced blocks: s, s + 1)
     t_hi = np.maximum(np.maximum(rb_hi.t0_full, rb_hi.t0_last), t_lo)
-    low = layer_cycles_low(reprice(fill.linear(t_lo, t_hi)), lo, hi)
-    return np.where(at_lo, low, np.inf)
+    at_hi, low = layer_cycles_bound(setup, lo, hi, low_fill=fill.linear(t_lo, t_hi))
+    return (np.where(block_words(fill, setup, rb_hi, TP) <= np.asarray(depth), at_hi, np.inf),
+            np.where(at_lo, low, np.inf))
 
 
 def best_cycles(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, shapes: LayerShapes, b: int, cands: list[Choice],
@@ -384,7 +386,7 @@ class Scorer:
 
         With a block input buffer (`room`), each layer may also run buffered where its blocks fit the
         buffer the design at hi has room for; over the range, a buffered choice is bounded by
-        `buffered_low`. Where every range is one TR, the bound is the score itself (priced once).
+        `buffered_bound`. Where every range is one TR, the bound is the score itself (priced once).
         """
         opts = self.options
         weights = opts.batch_weights()
@@ -426,11 +428,7 @@ class Scorer:
                     cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0] if ch.buffered
                            else layer_parts(setup, col[1]).cycles(setup),) * 2
                 elif ch.buffered:
-                    def reprice(f: FillShape, ch: Choice = ch, like: LayerSetup = setup) -> LayerSetup:
-                        return choice_setup(buffered_modes(tp, tc, self.shapes, (ch.k_code,), self.bus, opts.timing,
-                                                           f), self.shapes, b, ch, self.banks, like=like)
-                    cyc = (buffered_cycles(setup, col[1], tp, fill, depth)[0],
-                           buffered_low(setup, *col, tp, self.shapes, fill, most, reprice))
+                    cyc = buffered_bound(setup, *col, tp, fill, depth, most)
                 else:
                     cyc = layer_cycles_bound(setup, *col)
                 at_hi, low = (_applies(c if BR is None else c.min(axis=0), self.shapes, b, ch) for c in cyc)

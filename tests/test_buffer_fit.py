@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from fluidnpu.dse.buffer_fit import block_words, exact_block_words
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, row_blocks
-from fluidnpu.dse.search import (Choice, LayerShapes, buffered_cycles, buffered_low, buffered_modes, choice_setup,
+from fluidnpu.dse.search import (Choice, LayerShapes, buffered_bound, buffered_cycles, buffered_modes, choice_setup,
                                  fill_geometry)
 from fluidnpu.workload import Layer
 
@@ -63,13 +63,10 @@ def test_buffered_bound_is_below_the_cycles_on_the_whole_range(case, lo, width, 
     hi = lo + width
     most = np.array([[depth]])
 
-    def reprice(fill):
-        modes = buffered_modes(tp, tc, shapes, (k,), Bus.of(*bus), DEFAULT_TIMING, fill)
-        return choice_setup(modes, shapes, b, Choice(BR, k, buffered=True), NB)
-
-    low = buffered_low(setup, np.array([[lo]]), np.array([[hi]]), tp, shapes, shapes.fills(tp, tc), most, reprice)
+    at_hi, low = buffered_bound(setup, np.array([[lo]]), np.array([[hi]]), tp, shapes.fills(tp, tc), most, most)
     every = np.array([buffered_cycles(setup, np.array([[TR]]), tp, shapes.fills(tp, tc), most)[0][0, 0]
                       for TR in range(lo, hi + 1)])
+    assert at_hi[0, 0] == every[-1]              # the cycles at hi, priced beside the bound
     assert (low[0, 0] <= every * (1 + 1e-9)).all(), (low, every.min())
     if np.isinf(low[0, 0]):
         assert np.isinf(every).all()

@@ -158,3 +158,42 @@ def test_a_buffered_choice_shares_its_ddr_twins_groups_passes_and_tiles():
                 elif f.name != "mode":
                     np.testing.assert_array_equal(a, s)
             np.testing.assert_array_equal(layer_parts(shared, TR).cycles(shared), layer_parts(fresh, TR).cycles(fresh))
+
+
+def test_the_cycles_and_the_bound_priced_side_by_side_equal_each_priced_alone():
+    """`layer_cycles_bound` prices the parts at hi with the several-port skew and a buffered layer's own
+    fill (the cycles) beside those without the skew and with the bound's fill (`SIDES`): each side must be
+    what it is priced alone, for splits stacked or not, from DDR and buffered; and the bound's fill put in
+    with `with_fill` must price as the mode built with it (nothing else in a mode depends on the fill)."""
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.perf_model import layer_cycles_low, with_fill
+    from fluidnpu.dse.search import LayerShapes, buffered_modes, choice_setup, choices, modes_of, split_stacks, unique_layers
+    from fluidnpu.zoo import zoo_model
+
+    reps, _ = unique_layers(zoo_model("resnet50").layers())
+    shapes = LayerShapes.of(reps)
+    TP, TC = np.array([[3], [14], [27]]), np.array([[40], [64], [64]])
+    lo, hi = np.array([[5], [300], [700]]), np.array([[90], [2091], [778]])
+    board = load_board("zc706")
+    sided = 0
+    for ports, banks, b in ((1, 2, 1), (1, 4, 3), (4, 2, 8), (3, 4, 5), (2, 2, 1)):
+        bus = board.bus(board.clock_mhz, ports)
+        modes = modes_of(TP, TC, shapes, (0, 1, 2), bus, DEFAULT_TIMING)
+        modes |= buffered_modes(TP, TC, shapes, (0, 1, 2), bus, DEFAULT_TIMING)
+        fill = shapes.fills(TP, TC)
+        for ch, BR in split_stacks(choices("fluid", b, True, True)):
+            setup = choice_setup(modes, shapes, b, ch, banks, BR)
+            rb_lo, rb_hi = row_blocks(setup, lo), row_blocks(setup, hi)
+            low_fill = fill.linear(np.maximum(rb_lo.last[1], 1), np.maximum(rb_hi.t0_full, rb_lo.last[1])) \
+                if ch.buffered else None
+            at_hi, low = layer_cycles_bound(setup, lo, hi, low_fill=low_fill)
+            bound_setup = setup if low_fill is None else with_fill(setup, low_fill)
+            np.testing.assert_array_equal(at_hi, layer_parts(setup, hi).cycles(setup))
+            np.testing.assert_array_equal(low, layer_cycles_low(bound_setup, lo, hi))
+            sided += ports > 1 or ch.buffered
+            if ch.buffered:
+                fresh = buffered_modes(TP, TC, shapes, (ch.k_code,), bus, DEFAULT_TIMING, low_fill)
+                built = choice_setup(fresh, shapes, b, ch, banks, BR)
+                np.testing.assert_array_equal(layer_parts(bound_setup, hi).cycles(bound_setup),
+                                              layer_parts(built, hi).cycles(built))
+    assert sided >= 10        # the side-by-side pricing ran, not only the one-port path
