@@ -652,7 +652,7 @@ class AxiDma(wiring.Component):
             for s, r in enumerate(rsps):
                 m.d.comb += [r.valid.eq(one.valid & (head.tag[tw] == s)), r.payload.data.eq(head.data),
                              r.payload.nwords.eq(head.nwords), r.payload.tag.eq(head.tag[:tw])]
-            m.d.comb += self.reads[0].rsp.ready.eq(Array(r.ready for r in rsps)[head.tag[tw]])
+            m.d.comb += one.ready.eq(Array(r.ready for r in rsps)[head.tag[tw]])
         else:
             # the merge: each stream's next response is in its own response register of the port its next
             # read went to (`ReadEngine(two_streams=True)`); the oldest read in flight is always at the head
