@@ -12,19 +12,9 @@ rich only: board-side commands print through it as well.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-
-
-def table(title: str | None, *columns: str, right: bool | tuple[str, ...] = (), **kwargs: Any) -> Table:
-    """A rich Table with `columns` as headers, right-justified where `right` names them (True: all)."""
-    t = Table(title=title, **kwargs)
-    for col in columns:
-        t.add_column(col, justify="right" if right is True or (right and col in right) else "left")
-    return t
 
 
 def _copy(t: Table, cols: list[int], title: str | None) -> Table:
@@ -80,3 +70,11 @@ def print_table(console: Console, t: Table, key: int = 1) -> None:
     """Print `t` on `console` so that no value is cut at its width (see `fit`)."""
     for part in fit(console, t, key):
         console.print(part)
+
+
+def say(text: str) -> None:
+    """A line of a command's summary on stdout, wrapped at spaces to the console's width, taken as written
+    (a path's brackets are not markup)."""
+    from fluidnpu.output import out
+
+    out.print(text, markup=False, highlight=False)
