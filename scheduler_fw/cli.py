@@ -221,18 +221,22 @@ def _print_summary(out, name: str, r: dict[str, Any]) -> None:
         return
     rows = r["rows"]
     xkey = "slo_ms" if name == "fig6" else "rate"
-    for panel in dict.fromkeys(x["panel"] for x in rows):
-        prow = [x for x in rows if x["panel"] == panel]
+    metric = "slo_violation_rate" if name == "fig6" else "mean_latency_ms"
+    hardware = {"own": "each on its own design", "fluidb": "all on FluidB's design"}
+    # one table per panel and hardware: a policy's row on its own design and on FluidB's are two figures
+    for panel, hw in dict.fromkeys((x["panel"], x.get("hardware", "own")) for x in rows):
+        prow = [x for x in rows if x["panel"] == panel and x.get("hardware", "own") == hw]
         xs = sorted({x[xkey] for x in prow})
-        metric = "slo_violation_rate" if name == "fig6" else "mean_latency_ms"
-        t = Table(title=f"{name} {panel}: {'SLO violation rate (%)' if name == 'fig6' else 'mean latency (ms)'} "
+        t = Table(title=f"{name} {panel}, {hardware.get(hw, hw)}: "
+                        f"{'SLO violation rate (%)' if name == 'fig6' else 'mean latency (ms)'} "
                         f"by {'SLO (ms)' if name == 'fig6' else 'rate (samples/s)'}")
         t.add_column("policy")
         for x in xs:
             t.add_column(f"{x:g}", justify="right")
         for pol in dict.fromkeys(x["label"] for x in prow):
             vals = {x[xkey]: x[metric] for x in prow if x["label"] == pol}
-            t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" for x in xs))
+            t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" if x in vals else "–"
+                             for x in xs))
         print_table(out, t)
     if "mean_latency_gain" in s:
         out.print(f"FluidB vs the baselines: {_gain_line(s)}")
