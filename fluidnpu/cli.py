@@ -263,7 +263,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         return
     print_summary(bundle)
     if layers:
-        t = Table(title="FBCB <BR, k> per layer and batch size (·B: buffered)")
+        t = Table(title="FBCB <BR, k> per layer and batch size (S: one sample at a time, ·B: buffered)")
         t.add_column("#", justify="right")
         t.add_column("layer")
         t.add_column("R x P x C")

@@ -121,8 +121,8 @@ def test_show_with_layers_at_80_columns(narrow, r50):
     assert {f"{s:.2f}" for row in doc["segment_latency_ms"] for s in row} <= w
     for layer in doc["layers"]:
         assert {layer["name"], f"{layer['R']}x{layer['P']}x{layer['C']}"} <= w, layer["name"]
-        for e in layer["fbcb"]:
-            assert any(cell.startswith(f"{e['BR']},") for cell in w)
+        k = {1.0: "1", 2.0: "2", 0.5: "½"}
+        assert {f"{e['BR']},{k[e['k']]}{'·B' if e['buffered'] else ''}" for e in layer["fbcb"]} <= w, layer["name"]
     assert "(1/2)" in text  # the exit-segment and FBCB tables are each split in two at 80 columns
 
 
