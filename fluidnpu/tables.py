@@ -17,16 +17,17 @@ from rich.measure import Measurement
 from rich.table import Table
 
 
-def _copy(t: Table, cols: list[int], title: str | None) -> Table:
+def _copy(t: Table, cols: list[int], title: str | None, caption: bool = True) -> Table:
+    """The columns `cols` of `t` as a table of their own, rows' styles and sections kept."""
     sub = Table(title=title, box=t.box, show_lines=t.show_lines, show_header=t.show_header,
-                title_justify=t.title_justify, caption=t.caption)
+                title_justify=t.title_justify, caption=t.caption if caption else None)
     columns = [t.columns[i] for i in cols]
     for c in columns:
         sub.add_column(c.header, justify=c.justify, style=c.style, header_style=c.header_style,
                        overflow="fold", min_width=c.min_width)
     cells = [list(c.cells) for c in columns]
-    for r in range(t.row_count):
-        sub.add_row(*(cell[r] for cell in cells))
+    for r, row in enumerate(t.rows):
+        sub.add_row(*(cell[r] for cell in cells), style=row.style, end_section=row.end_section)
     return sub
 
 
@@ -63,7 +64,8 @@ def fit(console: Console, t: Table, key: int = 1) -> list[Table]:
     even = [rest[j * len(rest) // n:(j + 1) * len(rest) // n] for j in range(n)]
     if all(natural_width(console, _copy(t, keys + g, t.title)) <= width for g in even):
         groups = even
-    return [_copy(t, keys + g, f"{t.title} ({j}/{n})" if t.title else None) for j, g in enumerate(groups, 1)]
+    return [_copy(t, keys + g, f"{t.title} ({j}/{n})" if t.title else None, caption=j == n)
+            for j, g in enumerate(groups, 1)]
 
 
 def print_table(console: Console, t: Table, key: int = 1) -> None:

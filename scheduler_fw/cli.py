@@ -207,7 +207,7 @@ def _print_summary(out, name: str, r: dict[str, Any]) -> None:
                           *(f"{v[p][0]:.0f} / {100 * v[p][1]:.1f}%" for p in ("lazybatching", "fluidb")),
                           f"{row[f'{prefix}_latency_ratio']:.2f}x", f"{row[f'{prefix}_violation_pp']:.1f}",
                           end_section=source == "paper")
-        print_table(out, t)
+        print_table(out, t, key=2)  # a split table keeps each figure beside its setting and source
         return
     if name == "fig7":
         t = Table(title="Fig. 7: GOp/s at b = 1 / 2 / Bmax, each scheme on its own design")
