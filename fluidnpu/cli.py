@@ -17,6 +17,7 @@ from fluidnpu.design import (evaluate_given, explore_with_progress, load_model, 
                              parse_share)
 from fluidnpu.errors import FluidError
 from fluidnpu.output import FloatRange, check_writable, emit_json, err, os_error_message, out
+from fluidnpu.tables import print_table
 
 _emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
 
@@ -152,7 +153,7 @@ def print_summary(bundle) -> None:
     rt.add_row("ceiling", *(f"{100 * getattr(ceil, k):.0f}%" for k in ("dsp", "bram36", "uram", "lut", "ff")))
     if d["dse"].get("min_dsp"):
         rt.add_row("floor (--min-dsp)", f"{100 * d['dse']['min_dsp']:.0f}%", "", "", "", "")
-    out.print(rt)
+    print_table(out, rt)
     if res.get("placement"):
         out.print("buffers (built with ram_style): " + ", ".join(f"{name} in {kind.upper()}"
                                                                  for name, kind in res["placement"].items()))
@@ -168,7 +169,7 @@ def print_summary(bundle) -> None:
     pt.add_column("% peak", justify="right")
     for b, g in enumerate(d["performance"]["gops"], start=1):
         pt.add_row(str(b), f"{g:.1f}", f"{100 * g / d['performance']['peak_gops']:.1f}")
-    out.print(pt)
+    print_table(out, pt)
     lt = Table(title="exit-segment latency (ms): the scheduler's Nexits x Bmax table")
     lt.add_column("segment")
     lt.add_column("exit rate", justify="right")
@@ -176,7 +177,7 @@ def print_summary(bundle) -> None:
         lt.add_column(f"b={b}", justify="right")
     for ex, row in zip(bundle.workload.exits, bundle.latency_table()):
         lt.add_row(ex.name, f"{100 * ex.rate:.1f}%", *(f"{1e3 * s:.2f}" for s in row))
-    out.print(lt)
+    print_table(out, lt)
 
 
 @cli.command()
@@ -201,7 +202,7 @@ def models(as_json: bool) -> None:
     for r in rows:
         t.add_row(r["name"], str(r["gemm_layers"]), f"{r['gmac']:.3f}", "x".join(map(str, r["input_shape"])),
                   ", ".join(f"{e['after']}: {100 * e['rate']:.1f}%" for e in r["exits"]))
-    out.print(t)
+    print_table(out, t)
 
 
 @cli.command()
@@ -224,7 +225,7 @@ def boards(name: str | None, as_json: bool) -> None:
         for key, val in (sources or {k: str(v) for k, v in info.items()}).items():
             t.add_row(key, val)
         t.add_row("effective bandwidth", f"{info['bandwidth_gb_s']:.2f} GB/s at {brd.clock_mhz:g} MHz")
-        out.print(t)
+        print_table(out, t)
         return
     rows = [load_board(b) for b in builtin_boards()]
     if as_json:
@@ -236,7 +237,7 @@ def boards(name: str | None, as_json: bool) -> None:
     for b in rows:
         t.add_row(b.name, b.part, str(b.dsp), str(b.bram36), str(b.uram), str(b.lut), str(b.ff),
                   f"{b.clock_mhz:g}", f"{b.bandwidth_bytes_per_s() / 1e9:.2f}")
-    out.print(t)
+    print_table(out, t)
 
 
 @cli.command()
@@ -262,7 +263,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
         return
     print_summary(bundle)
     if layers:
-        t = Table(title="FBCB <BR, k> per layer and batch size (·B: buffered)")
+        t = Table(title="FBCB <BR, k> per layer and batch size (S: one sample at a time, ·B: buffered)")
         t.add_column("#", justify="right")
         t.add_column("layer")
         t.add_column("R x P x C")
@@ -275,7 +276,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
                 k = {1.0: "1", 2.0: "2", 0.5: "½"}[e.k]
                 cells.append(f"{'S' if e.serial else e.BR},{k}{'·B' if e.buffered else ''}")
             t.add_row(str(s.index), s.layer.name, f"{s.layer.R}x{s.layer.P}x{s.layer.C}", *cells)
-        out.print(t)
+        print_table(out, t, key=2)
 
 
 @cli.command("flow", short_help="The whole flow on the embedded default (what `make run` runs).")

@@ -159,38 +159,44 @@ def print_report(out: Any, r: dict[str, Any]) -> None:
     """The report of `run_flow` as one table and where to go next."""
     from rich.table import Table
 
+    from fluidnpu.tables import print_table
+
     m, d, g, c, s = r["main_design"], r["digits_design"], r["rtl"], r["cosim"], r["serving"]
     t = Table(title="fluidnpu flow: what just happened", show_lines=True)
     t.add_column("step")
     t.add_column("result")
-    t.add_column("written to")
+
+    def row(step: str, result: str, path: str = "") -> None:
+        # where a step wrote goes under its result, whole: a path is one word that a column cannot wrap
+        t.add_row(step, result + (f"\n→ {path}" if path else ""))
+
     md, dd = m["design"], d["design"]
-    t.add_row("1. DSE, ResNet-50 on ZC706",
-              f"best NPU <TR, TP, TC> = <{md['TR']}, {md['TP']}, {md['TC']}> with {md['NB']} input banks and "
-              f"{md['ports']} AXI ports, "
-              f"using {m['dsp']} DSPs "
-              f"({100 * (m['dsp_util'] or 0):.1f} %): {m['gops_b1']:.0f} GOp/s at batch 1, {m['gops_bmax']:.0f} at "
-              f"batch 8, of {m['peak_gops']:.0f} peak", m["path"])
-    t.add_row("2. DSE, digits-ee on a 16-DSP board",
-              f"<{dd['TR']}, {dd['TP']}, {dd['TC']}>, Bmax {d['bmax']}: small enough to simulate cycle by cycle",
-              d["path"])
-    t.add_row("3. RTL generation", f"Verilog + Vivado wrapper + register map in rtl/, and the Vivado project "
-              f"scripts (build.sh needs Vivado) in {g['seconds']:.1f} s", g["dir"])
+    row("1. DSE, ResNet-50 on ZC706",
+        f"best NPU <TR, TP, TC> = <{md['TR']}, {md['TP']}, {md['TC']}> with {md['NB']} input banks and "
+        f"{md['ports']} AXI ports, "
+        f"using {m['dsp']} DSPs "
+        f"({100 * (m['dsp_util'] or 0):.1f} %): {m['gops_b1']:.0f} GOp/s at batch 1, {m['gops_bmax']:.0f} at "
+        f"batch 8, of {m['peak_gops']:.0f} peak", m["path"])
+    row("2. DSE, digits-ee on a 16-DSP board",
+        f"<{dd['TR']}, {dd['TP']}, {dd['TC']}>, Bmax {d['bmax']}: small enough to simulate cycle by cycle",
+        d["path"])
+    row("3. RTL generation", f"Verilog + Vivado wrapper + register map in rtl/, and the Vivado project "
+        f"scripts (build.sh needs Vivado) in {g['seconds']:.1f} s", g["dir"])
     if c is None:
-        t.add_row("4. co-simulation", "skipped (--cosim-images 0)", "")
+        row("4. co-simulation", "skipped (--cosim-images 0)")
     else:
-        t.add_row("4. co-simulation",
-                  f"{c['images']} images through the Verilog and the bit-accurate model: "
-                  f"{'[green]bit-identical[/]' if c['bit_identical'] else '[red]DIFFERENT[/]'} exit logits; "
-                  f"{c['correct']}/{c['images']} correct; {c['rtl_cycles']:,} NPU cycles "
-                  f"(model: {c['model_cycles']:,})", "")
+        row("4. co-simulation",
+            f"{c['images']} images through the Verilog and the bit-accurate model: "
+            f"{'[green]bit-identical[/]' if c['bit_identical'] else '[red]DIFFERENT[/]'} exit logits; "
+            f"{c['correct']}/{c['images']} correct; {c['rtl_cycles']:,} NPU cycles "
+            f"(model: {c['model_cycles']:,})")
     lat = s.get("latency_ms", {})
-    t.add_row("5. serving with FluidB",
-              f"{s['answered']}/{s['sent']} answered; latency mean {lat.get('mean', float('nan')):.1f} ms, "
-              f"p99 {lat.get('p99', float('nan')):.1f} ms; {100 * s['slo_violation_rate']:.1f} % over the "
-              f"{s['slo_ms']:g} ms SLO; exits " + "/".join(f"{100 * e:.0f}" for e in s["exit_rates"])
-              + f" %; accuracy {100 * (s.get('accuracy') or 0):.1f} %", "")
-    out.print(t)
+    row("5. serving with FluidB",
+        f"{s['answered']}/{s['sent']} answered; latency mean {lat.get('mean', float('nan')):.1f} ms, "
+        f"p99 {lat.get('p99', float('nan')):.1f} ms; {100 * s['slo_violation_rate']:.1f} % over the "
+        f"{s['slo_ms']:g} ms SLO; exits " + "/".join(f"{100 * e:.0f}" for e in s["exit_rates"])
+        + f" %; accuracy {100 * (s.get('accuracy') or 0):.1f} %")
+    print_table(out, t)
     out.print("Next: `fluidnpu show build/design.json --layers` (the FBCB per layer), "
               "`fluidnpu simulate -m resnet50 -b zc706 -p fluidb --rate 15 --slo 400` (the paper's scheduler "
               "against its baselines), `fluidnpu run --help` (serve on the RTL), `fluidnpu vivado build/design.json -o build/vivado` (the "

@@ -25,9 +25,10 @@ from rich.console import Console
 
 from fluidnpu.errors import FluidError
 
-# Piped or redirected output keeps whole tables rather than folding them at 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# The terminal's width when rich can find one (a terminal on either stream, or $COLUMNS), else 80, piped
+# or not: tables fit what a person reads; whole machine-readable figures are what --json is for.
+out = Console()
+err = Console(stderr=True)
 
 
 def emit_json(obj: Any) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from fluidnpu.output import emit_json
+from fluidnpu.tables import say
 
 
 @click.command("vivado")
@@ -28,15 +29,15 @@ def vivado_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
     if as_json:
         emit_json(summary)
         return
-    click.echo(f"{summary['board']} ({summary['part']}), {summary['ps']}: {summary['clock_pin']} at "
-               f"{summary['clock_mhz']:g} MHz, NPU {', '.join(summary['m_axi'])} -> {', '.join(summary['hp_ports'])} "
-               f"({summary['hp_width']} bits each), "
-               f"registers on {summary['reg_port']} at {summary['reg_base']}, irq -> {summary['irq']}")
-    click.echo(f"IP {summary['vlnv']}, DESIGN_HASH {summary['design_hash']}")
-    click.echo(f"wrote to {summary['outdir']}: rtl/, package_ip.tcl, block_design.tcl, build.tcl, build.sh, "
-               "README.txt")
-    click.echo(f"next: {Path(summary['outdir']) / 'build.sh'} (needs Vivado) -> npu.bit + npu.hwh; "
-               "see docs/deploy.md")
+    say(f"{summary['board']} ({summary['part']}), {summary['ps']}: {summary['clock_pin']} at "
+        f"{summary['clock_mhz']:g} MHz, NPU {', '.join(summary['m_axi'])} -> {', '.join(summary['hp_ports'])} "
+        f"({summary['hp_width']} bits each), "
+        f"registers on {summary['reg_port']} at {summary['reg_base']}, irq -> {summary['irq']}")
+    say(f"IP {summary['vlnv']}, DESIGN_HASH {summary['design_hash']}")
+    say(f"wrote to {summary['outdir']}: rtl/, package_ip.tcl, block_design.tcl, build.tcl, build.sh, "
+        "README.txt")
+    say(f"next: {Path(summary['outdir']) / 'build.sh'} (needs Vivado) -> npu.bit + npu.hwh; "
+        "see docs/deploy.md")
 
 
 commands = [vivado_cmd]

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from fluidnpu.output import emit_json
+from fluidnpu.tables import say
 
 
 @click.command("rtl")
@@ -32,13 +33,13 @@ def rtl_cmd(bundle_path: str, outdir: str, as_json: bool) -> None:
         return
     d = summary["design"]
     fb = summary["fbcb"]
-    click.echo(f"NPU <TR, TP, TC> = <{d['TR']}, {d['TP']}, {d['TC']}>, Bmax = {summary['bmax']}, "
-               f"L = {summary['layers']} layers, {summary['axi_ports']} x {summary['axi_dw']}-bit m_axi, design hash "
-               f"{summary['design_hash']}")
-    click.echo(f"FBCB: {fb['entries']} entries x {fb['entry_bits']} bits = {fb['bits']} bits")
-    click.echo(f"wrote to {summary['outdir']}:")
+    say(f"NPU <TR, TP, TC> = <{d['TR']}, {d['TP']}, {d['TC']}>, Bmax = {summary['bmax']}, "
+        f"L = {summary['layers']} layers, {summary['axi_ports']} x {summary['axi_dw']}-bit m_axi, design hash "
+        f"{summary['design_hash']}")
+    say(f"FBCB: {fb['entries']} entries x {fb['entry_bits']} bits = {fb['bits']} bits")
+    say(f"wrote to {summary['outdir']}:")
     for kind, path in summary["files"].items():
-        click.echo(f"  {Path(path).name:<22} {kind}")
+        say(f"  {Path(path).name:<22} {kind}")
 
 
 commands = [rtl_cmd]

@@ -13,6 +13,7 @@ import click
 
 from fluidnpu.errors import FluidError
 from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar
+from fluidnpu.tables import print_table
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
 
@@ -59,14 +60,25 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
         if not model or not board:
             raise FluidError("need --model and --board (or --design)")
         from fluidnpu.boards import load_board
-        from fluidnpu.scheduler_fw.designs import design_for
+        from fluidnpu.scheduler_fw.designs import default_cache_dir, design_for
 
         wl = load_model(model)
         brd = load_board(board)
+        told: list[bool] = []
+
+        def searching(done: int, total: int) -> None:
+            # called only on a cache miss: say once why the first run of a setting takes its while
+            if not told:
+                told.append(True)
+                where = cache_dir or default_cache_dir()
+                err.print(f"searching the designs for {spec.label} on {wl.name} / {brd.name} (the DSE, once: "
+                          f"its pick is cached in {where})", highlight=False)
+            prog.update(task, completed=done, total=total)
+
         with progress_bar(err, as_json) as prog:
             task = prog.add_task(f"DSE {wl.name} on {brd.name} ({spec.design.key})", total=None)
             bundle, cached = design_for(wl, brd, spec.design, bmax or 8, Path(cache_dir) if cache_dir else None,
-                                        progress=lambda d, t: prog.update(task, completed=d, total=t))
+                                        progress=searching)
         source = f"DSE {spec.design.key}" + (" (cached)" if cached else "")
     table = LatencyTable.from_bundle(bundle, bmax)
     setting = Setting(spec.name, rate, slo / 1e3, table.bmax, samples, decision_cost_us * 1e-6)
@@ -102,7 +114,7 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
             ("preemptions", f"{m['preemptions']:.0f}"), ("mean batch per run", f"{m['mean_run_batch']:.2f}")]
     for k, v in rows:
         t.add_row(k, v)
-    out.print(t)
+    print_table(out, t)
 
 
 @click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
@@ -183,19 +195,19 @@ def _print_summary(out, name: str, r: dict[str, Any]) -> None:
 
     s = r["summary"]
     if name == "table1":
-        t = Table(title="Table I: LazyBatching vs FluidB (avg latency ms / violation rate), ours [paper]")
-        for col in ("model", "board", "rate", "SLO", "LazyBatching", "FluidB", "lat. ratio", "viol. pp"):
-            t.add_column(col, justify="right")
+        t = Table(title="Table I: LazyBatching vs FluidB, mean latency (ms) / SLO violation rate, ours beside "
+                        "the paper's", caption="ratio: LazyBatching's mean latency over FluidB's; "
+                                               "pp: its violation rate above FluidB's, in percentage points")
+        for col in ("setting", "source", "LazyBatching", "FluidB", "ratio", "pp"):
+            t.add_column(col, justify="left" if col in ("setting", "source") else "right")
         for row in s["rows"]:
-            o, p = row["ours"], row["paper"]
-            t.add_row(row["model"], row["board"], f"{row['rate']:g}", f"{row['slo_ms']:g}",
-                      f"{o['lazybatching'][0]:.0f} / {100 * o['lazybatching'][1]:.1f}% "
-                      f"[{p['lazybatching'][0]:.0f} / {100 * p['lazybatching'][1]:.1f}%]",
-                      f"{o['fluidb'][0]:.0f} / {100 * o['fluidb'][1]:.1f}% "
-                      f"[{p['fluidb'][0]:.0f} / {100 * p['fluidb'][1]:.1f}%]",
-                      f"{row['ours_latency_ratio']:.2f}x [{row['paper_latency_ratio']:.2f}x]",
-                      f"{row['ours_violation_pp']:.1f} [{row['paper_violation_pp']:.1f}]")
-        out.print(t)
+            setting = f"{row['model']} {row['board']} {row['rate']:g}/s SLO {row['slo_ms']:g} ms"
+            for source, v, prefix in (("ours", row["ours"], "ours"), ("paper", row["paper"], "paper")):
+                t.add_row(setting if source == "ours" else "", source,
+                          *(f"{v[p][0]:.0f} / {100 * v[p][1]:.1f}%" for p in ("lazybatching", "fluidb")),
+                          f"{row[f'{prefix}_latency_ratio']:.2f}x", f"{row[f'{prefix}_violation_pp']:.1f}",
+                          end_section=source == "paper")
+        print_table(out, t, key=2)  # a split table keeps each figure beside its setting and source
         return
     if name == "fig7":
         t = Table(title="Fig. 7: GOp/s at b = 1 / 2 / Bmax, each scheme on its own design")
@@ -205,23 +217,27 @@ def _print_summary(out, name: str, r: dict[str, Any]) -> None:
         for pair, v in s.items():
             for lab, g in v["gops"].items():
                 t.add_row(pair, lab, " / ".join(f"{x:.1f}" for x in g.values()))
-        out.print(t)
+        print_table(out, t)
         return
     rows = r["rows"]
     xkey = "slo_ms" if name == "fig6" else "rate"
-    for panel in dict.fromkeys(x["panel"] for x in rows):
-        prow = [x for x in rows if x["panel"] == panel]
+    metric = "slo_violation_rate" if name == "fig6" else "mean_latency_ms"
+    hardware = {"own": "each on its own design", "fluidb": "all on FluidB's design"}
+    # one table per panel and hardware: a policy's row on its own design and on FluidB's are two figures
+    for panel, hw in dict.fromkeys((x["panel"], x.get("hardware", "own")) for x in rows):
+        prow = [x for x in rows if x["panel"] == panel and x.get("hardware", "own") == hw]
         xs = sorted({x[xkey] for x in prow})
-        metric = "slo_violation_rate" if name == "fig6" else "mean_latency_ms"
-        t = Table(title=f"{name} {panel}: {'SLO violation rate (%)' if name == 'fig6' else 'mean latency (ms)'} "
+        t = Table(title=f"{name} {panel}, {hardware.get(hw, hw)}: "
+                        f"{'SLO violation rate (%)' if name == 'fig6' else 'mean latency (ms)'} "
                         f"by {'SLO (ms)' if name == 'fig6' else 'rate (samples/s)'}")
         t.add_column("policy")
         for x in xs:
             t.add_column(f"{x:g}", justify="right")
         for pol in dict.fromkeys(x["label"] for x in prow):
             vals = {x[xkey]: x[metric] for x in prow if x["label"] == pol}
-            t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" for x in xs))
-        out.print(t)
+            t.add_row(pol, *(f"{(100 * vals[x]) if name == 'fig6' else vals[x]:.1f}" if x in vals else "–"
+                             for x in xs))
+        print_table(out, t)
     if "mean_latency_gain" in s:
         out.print(f"FluidB vs the baselines: {_gain_line(s)}")
 

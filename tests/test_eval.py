@@ -314,8 +314,10 @@ def test_simulate_runs_the_policys_own_dse_and_caches_it(tmp_path):
     first = cli(*args)
     assert first.returncode == 0, first.stderr
     assert "R-AdaptB-S" in first.stdout and "p99 latency" in first.stdout
+    assert "searching the designs" in first.stderr  # the first run says why it takes its while
     second = cli(*args, "--json")
     assert json.loads(second.stdout)["design"]["source"] == "DSE r@bmax (cached)"
+    assert "searching" not in second.stderr
 
 
 @pytest.mark.parametrize("args,word", [

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 
 import pytest
 
@@ -33,6 +35,16 @@ def test_flow_runs_every_step(tmp_path, capsys):
     srv = rep["serving"]
     assert srv["sent"] == srv["answered"] == 40 and srv["policy"] == "fluidb"
     assert abs(sum(srv["exit_rates"]) - 1.0) < 1e-9 and srv["accuracy"] > 0.9
+    # the same report as a person reads it at 80 columns: no line wider, nothing cut with "…"
+    from rich.console import Console
+
+    from fluidnpu.flow import print_report
+
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))
+    print_report(console, rep)
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text
+    assert {str(rep["main_design"]["dsp"]), f"{srv['answered']}/{srv['sent']}"} <= set(re.split(r"[\s│]+", text))
 
 
 def test_flow_refuses_negative_cosim(capsys):
