@@ -6,8 +6,12 @@ code 2; figures go to stdout as rich tables, or as JSON with --json.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+import os
+import signal
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 import click
 from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
@@ -332,10 +336,44 @@ def _register_stage_commands() -> None:
 _register_stage_commands()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: one-line errors and exit code 2 for anything the user got wrong."""
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM alike: stop the command's worker processes, then unwind the main thread by
+    KeyboardInterrupt so every `finally` and context manager runs (the writers drop their temporary
+    files, pools shut down) before main() reports it in one line. A forked worker inherits this
+    handler; there it just ends, quietly, for its parent is stopping anyway."""
+    import multiprocessing
+
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
+    for child in multiprocessing.active_children():
+        child.terminate()
+    raise KeyboardInterrupt
+
+
+_MAIN_PID = os.getpid()
+
+
+@contextmanager
+def _signals_stop_the_command() -> Iterator[None]:
+    global _MAIN_PID
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _MAIN_PID = os.getpid()
+    previous = {sig: signal.signal(sig, _stop_on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors and exit code 2 for anything the user got wrong; Ctrl-C or SIGTERM
+    end any command in one line with exit code 130, its workers stopped and no partial file left."""
+    try:
+        with _signals_stop_the_command():
+            cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
     except FluidError as exc:
         err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
@@ -345,7 +383,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # click has already ended the ^C line on stderr
+        click.echo("interrupted: stopped, no output file left half-written", err=True)
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -65,40 +65,67 @@ def os_error_message(exc: OSError, path: str | os.PathLike[str], action: str) ->
 
 
 @contextmanager
-def writing(path: str | os.PathLike[str], what: str = "") -> Iterator[Path]:
-    """Create `path`'s parent folders, then run the block that writes `path`; an OSError inside
-    becomes a one-line FluidError. For writers that take a path (matplotlib's savefig, csv)."""
-    p = Path(path)
+def _os_errors(p: Path, action: str) -> Iterator[None]:
     try:
-        if p.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
-        p.parent.mkdir(parents=True, exist_ok=True)
-        yield p
+        yield
     except OSError as exc:
-        raise FluidError(os_error_message(exc, p, f"write {what}" if what else "write")) from None
+        raise FluidError(os_error_message(exc, p, action)) from None
+
+
+def _prepare(p: Path) -> None:
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
+    p.parent.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str], what: str = "") -> Iterator[Path]:
+    """Create `path`'s parent folders, then run the block that writes the path it yields; an OSError
+    inside becomes a one-line FluidError. For writers that take a path (matplotlib's savefig, csv).
+
+    The block writes a temporary file beside `path` (same suffix, so savefig picks the same format)
+    that replaces `path` only when the block ends normally: an error or Ctrl-C part-way leaves the
+    old file untouched, or none, never half a file. A target that exists and is not a regular
+    file (/dev/stdout, a FIFO) is written in place."""
+    p = Path(path)
+    with _os_errors(p, f"write {what}" if what else "write"):
+        _prepare(p)
+        if p.exists() and not p.is_file():
+            yield p
+            return
+        target = Path(os.path.realpath(p)) if p.is_symlink() else p
+        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}{target.suffix}")
+        try:
+            yield tmp
+            if tmp.exists():
+                os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def check_writable(path: str | os.PathLike[str], what: str = "") -> Path:
     """Fail now, in one line, if `path` cannot be written later (before minutes of work that would
     end in writing it): creates its parent folders and checks write permission there."""
-    with writing(path, what) as p:
+    p = Path(path)
+    with _os_errors(p, f"write {what}" if what else "write"):
+        _prepare(p)
         if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
             raise PermissionError(errno.EACCES, "Permission denied", str(p))
     return p
 
 
 def write_text(path: str | os.PathLike[str], text: str, what: str = "") -> Path:
-    """Write `text` to `path` (creating its folders); one-line FluidError on any OS error."""
-    with writing(path, what) as p:
-        p.write_text(text)
-    return p
+    """Write `text` to `path` whole or not at all (see `writing`); one-line FluidError on any OS error."""
+    with writing(path, what) as tmp:
+        tmp.write_text(text)
+    return Path(path)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "") -> Path:
-    """Write `data` to `path` (creating its folders); one-line FluidError on any OS error."""
-    with writing(path, what) as p:
-        p.write_bytes(data)
-    return p
+    """Write `data` to `path` whole or not at all (see `writing`); one-line FluidError on any OS error."""
+    with writing(path, what) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
 
 
 def make_dir(path: str | os.PathLike[str], what: str = "output directory") -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.fleet.check import SessionCheck
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
 
@@ -120,5 +121,6 @@ def plot_plan(d: dict[str, Any], path: str) -> None:
     ax.legend(handles, models, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"{d['node_count']} nodes, lower bound {d['lower_bound']:.2f}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
