@@ -7,6 +7,7 @@ code 2; figures go to stdout as rich tables, or as JSON with --json.
 from __future__ import annotations
 
 from contextlib import contextmanager
+import math
 import os
 import signal
 import sys
@@ -14,6 +15,7 @@ import threading
 from typing import Any, Iterator
 
 import click
+from rich.markup import escape
 from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
 from rich.table import Table
 
@@ -29,9 +31,12 @@ def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:
     if value is None:
         return None
     try:
-        return tuple(float(x) for x in value.split(",") if x.strip())
+        values = tuple(float(x) for x in value.split(",") if x.strip())
     except ValueError:
-        raise FluidError(f"{what} must be comma-separated numbers, got {value!r}") from None
+        values = (math.nan,)
+    if not all(map(math.isfinite, values)):
+        raise FluidError(f"{what} must be comma-separated finite numbers, got {value!r}")
+    return values
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -375,7 +380,8 @@ def main(argv: list[str] | None = None) -> None:
         with _signals_stop_the_command():
             cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
     except FluidError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escaped: a message quoting a list ("got [nan, 0.5]") is not rich markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
@@ -394,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # The last net under fluidnpu.output: a writer that did not go through it still ends in one line.
         what = os_error_message(exc, exc.filename, "access") if exc.filename else (exc.strerror or str(exc))
-        err.print(f"[bold red]error:[/] {what}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(what)}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 
