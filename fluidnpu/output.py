@@ -15,6 +15,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 import errno
 import json
+import math
 import os
 from pathlib import Path
 import sys
@@ -174,11 +175,12 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
 
 
 class FloatRange(click.FloatRange):
-    """click's FloatRange that also refuses NaN: NaN compares false with every bound, so click's
-    own passes `--rate nan` through to code that cannot use it."""
+    """click's FloatRange that also refuses NaN and infinity: NaN compares false with every bound,
+    so click's own passes `--rate nan` through to code that cannot use it, and no option of these
+    commands means anything by an infinite rate, time or share."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         rv = super().convert(value, param, ctx)
-        if rv != rv:
-            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar
+from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar, read_text
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
 
@@ -53,6 +53,8 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
     if design:
         if model or board:
             raise FluidError("give either --design or --model/--board, not both")
+        if cache_dir:
+            raise FluidError("--cache-dir holds the DSE of --model/--board; a --design needs none")
         bundle = load_design(design)
         source = design
     else:
@@ -133,6 +135,10 @@ def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None
     if jobs is not None:
         cfg.jobs = jobs
     cfg.validate()
+    if results_md:  # checked before minutes of work that would end in filling it
+        read_text(results_md, "--results-md page")
+    if cache_dir:  # before --out is made: a bad cache folder must not leave an empty --out behind
+        make_dir(cache_dir, "DSE cache folder")
     make_dir(out_dir)
     names = list(FIGURES) if what == "all" else [what]
     results = {}
