@@ -22,7 +22,8 @@ from rich.table import Table
 from fluidnpu.design import (evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design,
                              parse_share)
 from fluidnpu.errors import FluidError
-from fluidnpu.output import FloatRange, check_writable, emit_json, err, os_error_message, out
+from fluidnpu.output import (MAX_BATCH, MAX_SAMPLES, FloatRange, check_writable, emit_json, err, os_error_message,
+                             out)
 
 _emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
 
@@ -54,7 +55,7 @@ def cli() -> None:
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
 @click.option("--stackable/--no-stackable", default=None,
               help="build Stackable PEs (k = 2 and 1/2 besides 1) or plain PEs only (k = 1) (default: searched, both priced)")
-@click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
+@click.option("--fixed-batch", type=click.IntRange(1, MAX_BATCH), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
 @click.option("--clock", type=FloatRange(min=0, min_open=True), default=None,
@@ -72,7 +73,7 @@ def cli() -> None:
 @click.option("--banks", type=click.Choice(["2", "4", "8", "16", "32", "64"]), default=None,
               help="input banks NB (power of two, at most Bmax rounded up): the most groups a pass packs "
                    "(default: searched; with --design, the count that fits and scores best)")
-@click.option("--ports", type=click.IntRange(min=1), default=None,
+@click.option("--ports", type=click.IntRange(1, 64), default=None,
               help="AXI master ports P, 1 .. the board's HP ports: more buy memory bandwidth (up to the DDR's) "
                    "and cost LUTs (default: searched; with --design, the count that fits and scores best)")
 @click.option("--input-buffer/--no-input-buffer", "buffer", default=None,
@@ -294,7 +295,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
               help="serving: Poisson rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), default=50.0, show_default=True,
               help="serving: latency SLO (ms)")
-@click.option("--samples", type=click.IntRange(min=1), default=450, show_default=True, help="serving: samples streamed")
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=450, show_default=True, help="serving: samples streamed")
 @click.option("--cosim-images", type=int, default=8, show_default=True,
               help="images in the RTL co-simulation check (0 skips it)")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")

@@ -174,6 +174,13 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise FluidError(f"{what} {path}: not valid JSON{where}") from None
 
 
+# Upper bounds of the count options: far above any real use, low enough that a typo (an extra few zeros)
+# is refused in one line rather than ending minutes later in a MemoryError.
+MAX_SAMPLES = 10_000_000
+MAX_SEEDS = 1000
+MAX_BATCH = 64   # the NPU's Bmax limit (fluidnpu dse), also the serving commands' batch bound
+
+
 class FloatRange(click.FloatRange):
     """click's FloatRange that also refuses NaN and infinity: NaN compares false with every bound,
     so click's own passes `--rate nan` through to code that cannot use it, and no option of these

@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar, read_text
+from fluidnpu.output import (MAX_BATCH, MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar,
+                             read_text)
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
 
@@ -28,11 +29,11 @@ _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
 @click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="number of seeds to average")
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
               help="largest batch (default 8, or the bundle's with --design)")
-@click.option("--samples", type=click.IntRange(min=1), default=DEFAULT_SAMPLES, show_default=True,
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed")
 @click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
@@ -109,12 +110,12 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 
 @click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
 @click.argument("what", type=click.Choice([*FIGURES, "all"]))
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="seeds averaged per point")
-@click.option("--samples", type=click.IntRange(min=100), default=DEFAULT_SAMPLES, show_default=True,
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="seeds averaged per point")
+@click.option("--samples", type=click.IntRange(100, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed (>= 100 for a p99)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="build/eval", show_default=True,
               help="where the CSV/JSON/PNG files go")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="worker processes (default: up to 2)")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, help="worker processes (default: up to 2)")
 @click.option("--bmax", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
