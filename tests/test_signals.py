@@ -98,3 +98,15 @@ def test_dse_stops_and_leaves_the_old_bundle_untouched(tmp_path, sig):
 def test_long_commands_stop_on_sigterm_and_write_nothing(tmp_path, args):
     _assert_stopped(*interrupt(args, signal.SIGTERM, tmp_path))
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_simulate_stops_on_sigint(tmp_path, tiny_board, tiny_workload):
+    """A long simulation (a million samples a seed) on a tiny design: Ctrl-C ends it in one line."""
+    from fluidnpu.bundle import bundle_from_result
+    from fluidnpu.dse.search import DSEOptions, explore
+
+    bundle_from_result(explore(tiny_workload, tiny_board, DSEOptions(bmax=4))).save(tmp_path / "tiny.json")
+    args = ["simulate", "--design", "tiny.json", "-p", "fluidb", "--rate", "50", "--slo", "100",
+            "--samples", "1000000", "--seeds", "5", "--json"]
+    _assert_stopped(*interrupt(args, signal.SIGINT, tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.json"]
