@@ -340,3 +340,24 @@ def test_fuzzed_bundles_never_raise_a_traceback(tmp_path, bundle_data, data):
 def test_fuzzed_board_files_never_raise_a_traceback(tmp_path, data):
     board = json.loads((BOARD_DIR / "zc706.json").read_text())
     _check_loader(load_board, tmp_path, data.draw(mutated(board)))
+
+
+def test_an_interrupted_writer_leaves_the_old_file_and_no_temporary(tmp_path):
+    """`writing` writes beside the target and replaces it only at the end: Ctrl-C (or any error) part-way
+    leaves the old file as it was and nothing else in the folder."""
+    from fluidnpu.output import write_text, writing
+
+    target = tmp_path / "plot.png"
+    target.write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with writing(target, "plot") as tmp:
+            assert tmp.parent == tmp_path and tmp.suffix == ".png" and tmp != target  # savefig keeps the format
+            tmp.write_text("half a fig")
+            raise KeyboardInterrupt
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+    write_text(target, "new")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+    link = tmp_path / "link.png"
+    link.symlink_to(target)
+    write_text(link, "through the link")
+    assert link.is_symlink() and target.read_text() == "through the link"
