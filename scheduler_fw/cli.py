@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import (MAX_BATCH, MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar,
+from fluidnpu.output import (MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar,
                              read_text)
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
