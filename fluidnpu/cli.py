@@ -40,7 +40,20 @@ def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:
     return values
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(BaseException):
+    """KeyboardInterrupt once the command has unwound: click turns a KeyboardInterrupt into Abort after
+    printing an empty line, and main() reports the interruption in one line of its own."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fluidnpu")
 def cli() -> None:
     """fluidnpu: FPGA NPU co-design for serving early-exit DNNs."""
@@ -390,8 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        # click has already ended the ^C line on stderr
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted: stopped, no output file left half-written", err=True)
         sys.exit(130)
     except click.exceptions.Exit as exc:

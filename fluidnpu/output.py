@@ -38,11 +38,12 @@ def emit_json(obj: Any) -> None:
 
 
 def progress_bar(console: Console, quiet: bool, label: str = "{task.description}") -> Any:
-    """A rich progress bar on `console` (hidden when `quiet`, e.g. --json, and it is not a terminal)."""
+    """A rich progress bar on `console`, shown on a terminal only (`quiet`, e.g. --json, does not hide it
+    there: it is on stderr). Rich cannot redraw a pipe or a file, where it would only leave an empty line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=quiet and not console.is_terminal)
+                    console=console, transient=True, disable=not console.is_terminal)
 
 
 _OS_REASONS = {

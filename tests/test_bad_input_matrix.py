@@ -289,7 +289,7 @@ def test_bad_input_is_one_line_and_exit_2(case, env, tmp_path, monkeypatch, caps
     before = _tree(d)
     code = main_quiet(argv)
     cap = capsys.readouterr()
-    lines = [line for line in cap.err.splitlines() if line.strip()]
+    lines = cap.err.splitlines()
     assert "Traceback" not in cap.out + cap.err, (argv, cap.err)
     assert code == 2 and len(lines) == 1, (argv, code, cap.err)
     assert not _tree(tmp_path) and _tree(d) == before, (argv, "wrote", _tree(tmp_path) | (_tree(d) - before))
