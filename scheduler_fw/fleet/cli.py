@@ -96,7 +96,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
     missed = [missed_line(d[k], target) for k in ("check", "run") if k in d]
     if any(missed):
         err.print(f"warning: {'; '.join(m for m in missed if m)}; plan with more --headroom or a higher --quantile",
-                  highlight=False, soft_wrap=True)
+                  markup=False, highlight=False, soft_wrap=True)
         sys.exit(1)
 
 
