@@ -22,41 +22,55 @@ FORMAT = "fluidnpu-board"
 VERSION = 1
 
 
-def _fig(kind: str, minimum: float, exclusive: bool = False) -> dict[str, Any]:
+def _fig(kind: str, minimum: float, maximum: float, exclusive: bool = False) -> dict[str, Any]:
+    """A board figure: {"value": <kind in [minimum, maximum]>, "source": "..."}. The upper bounds are
+    a few times the largest parts Xilinx sells (a Versal Premium has ~14,000 DSPs, ~5 M LUTs), so a
+    typo such as 10^12 DSPs is refused rather than priced as a board nothing fills."""
+    word = "an integer" if kind == "integer" else "a number"
+    rng = f"{'above' if exclusive else 'from'} {minimum:g} to {maximum:g}"
     bound = {"exclusiveMinimum": minimum} if exclusive else {"minimum": minimum}
-    return {"type": "object", "required": ["value"],
-            "properties": {"value": {"type": kind, **bound}, "source": {"type": "string"}}}
+    return {"type": "object", "required": ["value"], "form": f'{{"value": <{word} {rng}>, "source": "<where from>"}}',
+            "properties": {"value": {"type": kind, **bound, "maximum": maximum, "form": f"{word} {rng}"},
+                           "source": {"type": "string"}}}
 
+
+_SHARE = {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "form": "a share above 0 up to 1, e.g. 0.8"}
 
 BOARD_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["format", "version", "name", "part", "resources", "clock_mhz", "axi_hp", "ddr"],
+    "form": "a fluidnpu board file (copy boards/zc706.json; docs/boards.md)",
     "properties": {
-        "format": {"const": FORMAT},
-        "version": {"const": VERSION},
+        "format": {"const": FORMAT, "form": f'"{FORMAT}"'},
+        "version": {"const": VERSION, "form": str(VERSION)},
         "name": {"type": "string", "minLength": 1},
         "part": {"type": "string", "minLength": 1},
         "resources": {
             "type": "object",
             "required": ["dsp", "bram36", "uram", "lut", "ff"],
+            "form": '{"dsp": {...}, "bram36": {...}, "uram": {...}, "lut": {...}, "ff": {...}}',
             "properties": {
-                "dsp": _fig("integer", 1), "bram36": _fig("integer", 0), "uram": _fig("integer", 0),
-                "lut": _fig("integer", 1), "ff": _fig("integer", 1),
+                "dsp": _fig("integer", 1, 100_000), "bram36": _fig("integer", 0, 100_000),
+                "uram": _fig("integer", 0, 100_000), "lut": _fig("integer", 1, 50_000_000),
+                "ff": _fig("integer", 1, 100_000_000),
             },
         },
-        "clock_mhz": _fig("number", 0, exclusive=True),
-        "max_clock_mhz": _fig("number", 0, exclusive=True),
+        "clock_mhz": _fig("number", 0, 2000, exclusive=True),
+        "max_clock_mhz": _fig("number", 0, 2000, exclusive=True),
         "axi_hp": {"type": "object", "required": ["ports", "width_bits"],
-                   "properties": {"ports": _fig("integer", 1), "width_bits": {
-                       "type": "object", "required": ["value"],
-                       "properties": {"value": {"enum": [32, 64, 128, 256, 512]}}}}},
+                   "form": '{"ports": {"value": <1 to 64>}, "width_bits": {"value": <32, 64, 128, 256 or 512>}}',
+                   "properties": {"ports": _fig("integer", 1, 64), "width_bits": {
+                       "type": "object", "required": ["value"], "form": '{"value": <32, 64, 128, 256 or 512>}',
+                       "properties": {"value": {"enum": [32, 64, 128, 256, 512], "form": "32, 64, 128, 256 or 512"}}}}},
         "ceilings": {"type": "object", "additionalProperties": False,
-                     "properties": {k: {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-                                    for k in ("dsp", "bram36", "uram", "lut", "ff")}},
+                     "form": '{"lut": 0.8, ...} (shares of dsp, bram36, uram, lut, ff)',
+                     "properties": {k: _SHARE for k in ("dsp", "bram36", "uram", "lut", "ff")}},
         "ddr": {"type": "object", "required": ["width_bits", "mega_transfers"],
-                "properties": {"width_bits": _fig("integer", 8), "mega_transfers": _fig("number", 0, exclusive=True),
-                               "efficiency": {"type": "object", "required": ["value"], "properties": {
-                                   "value": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}}}},
+                "form": '{"width_bits": {"value": <bits>}, "mega_transfers": {"value": <MT/s>}}',
+                "properties": {"width_bits": _fig("integer", 8, 8192),
+                               "mega_transfers": _fig("number", 0, 100_000, exclusive=True),
+                               "efficiency": {"type": "object", "required": ["value"], "form": '{"value": <share>}',
+                                              "properties": {"value": _SHARE}}}},
     },
 }
 

@@ -6,17 +6,24 @@ code 2; figures go to stdout as rich tables, or as JSON with --json.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+import math
+import os
+import signal
 import sys
-from typing import Any
+import threading
+from typing import Any, Iterator
 
 import click
+from rich.markup import escape
 from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
 from rich.table import Table
 
 from fluidnpu.design import (evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design,
                              parse_share)
 from fluidnpu.errors import FluidError
-from fluidnpu.output import FloatRange, check_writable, emit_json, err, os_error_message, out
+from fluidnpu.output import (MAX_BATCH, MAX_SAMPLES, FloatRange, check_writable, emit_json, err, os_error_message,
+                             out)
 from fluidnpu.tables import print_table
 
 _emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
@@ -26,12 +33,28 @@ def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:
     if value is None:
         return None
     try:
-        return tuple(float(x) for x in value.split(",") if x.strip())
+        values = tuple(float(x) for x in value.split(",") if x.strip())
     except ValueError:
-        raise FluidError(f"{what} must be comma-separated numbers, got {value!r}") from None
+        values = (math.nan,)
+    if not all(map(math.isfinite, values)):
+        raise FluidError(f"{what} must be comma-separated finite numbers, got {value!r}")
+    return values
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Interrupted(BaseException):
+    """KeyboardInterrupt once the command has unwound: click turns a KeyboardInterrupt into Abort after
+    printing an empty line, and main() reports the interruption in one line of its own."""
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise _Interrupted from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fluidnpu")
 def cli() -> None:
     """fluidnpu: FPGA NPU co-design for serving early-exit DNNs."""
@@ -46,7 +69,7 @@ def cli() -> None:
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
 @click.option("--stackable/--no-stackable", default=None,
               help="build Stackable PEs (k = 2 and 1/2 besides 1) or plain PEs only (k = 1) (default: searched, both priced)")
-@click.option("--fixed-batch", type=click.IntRange(min=1), default=None,
+@click.option("--fixed-batch", type=click.IntRange(1, MAX_BATCH), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
 @click.option("--clock", type=FloatRange(min=0, min_open=True), default=None,
@@ -64,7 +87,7 @@ def cli() -> None:
 @click.option("--banks", type=click.Choice(["2", "4", "8", "16", "32", "64"]), default=None,
               help="input banks NB (power of two, at most Bmax rounded up): the most groups a pass packs "
                    "(default: searched; with --design, the count that fits and scores best)")
-@click.option("--ports", type=click.IntRange(min=1), default=None,
+@click.option("--ports", type=click.IntRange(1, 64), default=None,
               help="AXI master ports P, 1 .. the board's HP ports: more buy memory bandwidth (up to the DDR's) "
                    "and cost LUTs (default: searched; with --design, the count that fits and scores best)")
 @click.option("--input-buffer/--no-input-buffer", "buffer", default=None,
@@ -286,7 +309,7 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
               help="serving: Poisson rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), default=50.0, show_default=True,
               help="serving: latency SLO (ms)")
-@click.option("--samples", type=click.IntRange(min=1), default=450, show_default=True, help="serving: samples streamed")
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=450, show_default=True, help="serving: samples streamed")
 @click.option("--cosim-images", type=int, default=8, show_default=True,
               help="images in the RTL co-simulation check (0 skips it)")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
@@ -333,12 +356,47 @@ def _register_stage_commands() -> None:
 _register_stage_commands()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: one-line errors and exit code 2 for anything the user got wrong."""
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    """SIGINT and SIGTERM alike: stop the command's worker processes, then unwind the main thread by
+    KeyboardInterrupt so every `finally` and context manager runs (the writers drop their temporary
+    files, pools shut down) before main() reports it in one line. A forked worker inherits this
+    handler; there it just ends, quietly, for its parent is stopping anyway."""
+    import multiprocessing
+
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
+    for child in multiprocessing.active_children():
+        child.terminate()
+    raise KeyboardInterrupt
+
+
+_MAIN_PID = os.getpid()
+
+
+@contextmanager
+def _signals_stop_the_command() -> Iterator[None]:
+    global _MAIN_PID
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _MAIN_PID = os.getpid()
+    previous = {sig: signal.signal(sig, _stop_on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one-line errors and exit code 2 for anything the user got wrong; Ctrl-C or SIGTERM
+    end any command in one line with exit code 130, its workers stopped and no partial file left."""
+    try:
+        with _signals_stop_the_command():
+            cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
     except FluidError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # escaped: a message quoting a list ("got [nan, 0.5]") is not rich markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
@@ -346,7 +404,8 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (_Interrupted, click.exceptions.Abort, KeyboardInterrupt):
+        click.echo("interrupted: stopped, no output file left half-written", err=True)
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -355,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # The last net under fluidnpu.output: a writer that did not go through it still ends in one line.
         what = os_error_message(exc, exc.filename, "access") if exc.filename else (exc.strerror or str(exc))
-        err.print(f"[bold red]error:[/] {what}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(what)}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

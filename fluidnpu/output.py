@@ -15,6 +15,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 import errno
 import json
+import math
 import os
 from pathlib import Path
 import sys
@@ -38,11 +39,12 @@ def emit_json(obj: Any) -> None:
 
 
 def progress_bar(console: Console, quiet: bool, label: str = "{task.description}") -> Any:
-    """A rich progress bar on `console` (hidden when `quiet`, e.g. --json, and it is not a terminal)."""
+    """A rich progress bar on `console`, shown on a terminal only (`quiet`, e.g. --json, does not hide it
+    there: it is on stderr). Rich cannot redraw a pipe or a file, where it would only leave an empty line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=console, transient=True, disable=quiet and not console.is_terminal)
+                    console=console, transient=True, disable=not console.is_terminal)
 
 
 _OS_REASONS = {
@@ -66,40 +68,67 @@ def os_error_message(exc: OSError, path: str | os.PathLike[str], action: str) ->
 
 
 @contextmanager
-def writing(path: str | os.PathLike[str], what: str = "") -> Iterator[Path]:
-    """Create `path`'s parent folders, then run the block that writes `path`; an OSError inside
-    becomes a one-line FluidError. For writers that take a path (matplotlib's savefig, csv)."""
-    p = Path(path)
+def _os_errors(p: Path, action: str) -> Iterator[None]:
     try:
-        if p.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
-        p.parent.mkdir(parents=True, exist_ok=True)
-        yield p
+        yield
     except OSError as exc:
-        raise FluidError(os_error_message(exc, p, f"write {what}" if what else "write")) from None
+        raise FluidError(os_error_message(exc, p, action)) from None
+
+
+def _prepare(p: Path) -> None:
+    if p.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
+    p.parent.mkdir(parents=True, exist_ok=True)
+
+
+@contextmanager
+def writing(path: str | os.PathLike[str], what: str = "") -> Iterator[Path]:
+    """Create `path`'s parent folders, then run the block that writes the path it yields; an OSError
+    inside becomes a one-line FluidError. For writers that take a path (matplotlib's savefig, csv).
+
+    The block writes a temporary file beside `path` (same suffix, so savefig picks the same format)
+    that replaces `path` only when the block ends normally: an error or Ctrl-C part-way leaves the
+    old file untouched, or none, never half a file. A target that exists and is not a regular
+    file (/dev/stdout, a FIFO) is written in place."""
+    p = Path(path)
+    with _os_errors(p, f"write {what}" if what else "write"):
+        _prepare(p)
+        if p.exists() and not p.is_file():
+            yield p
+            return
+        target = Path(os.path.realpath(p)) if p.is_symlink() else p
+        tmp = target.with_name(f".{target.name}.partial-{os.getpid()}{target.suffix}")
+        try:
+            yield tmp
+            if tmp.exists():
+                os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def check_writable(path: str | os.PathLike[str], what: str = "") -> Path:
     """Fail now, in one line, if `path` cannot be written later (before minutes of work that would
     end in writing it): creates its parent folders and checks write permission there."""
-    with writing(path, what) as p:
+    p = Path(path)
+    with _os_errors(p, f"write {what}" if what else "write"):
+        _prepare(p)
         if not os.access(p.parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
             raise PermissionError(errno.EACCES, "Permission denied", str(p))
     return p
 
 
 def write_text(path: str | os.PathLike[str], text: str, what: str = "") -> Path:
-    """Write `text` to `path` (creating its folders); one-line FluidError on any OS error."""
-    with writing(path, what) as p:
-        p.write_text(text)
-    return p
+    """Write `text` to `path` whole or not at all (see `writing`); one-line FluidError on any OS error."""
+    with writing(path, what) as tmp:
+        tmp.write_text(text)
+    return Path(path)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, what: str = "") -> Path:
-    """Write `data` to `path` (creating its folders); one-line FluidError on any OS error."""
-    with writing(path, what) as p:
-        p.write_bytes(data)
-    return p
+    """Write `data` to `path` whole or not at all (see `writing`); one-line FluidError on any OS error."""
+    with writing(path, what) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
 
 
 def make_dir(path: str | os.PathLike[str], what: str = "output directory") -> Path:
@@ -147,12 +176,20 @@ def read_json(path: str | os.PathLike[str], what: str) -> Any:
         raise FluidError(f"{what} {path}: not valid JSON{where}") from None
 
 
+# Upper bounds of the count options: far above any real use, low enough that a typo (an extra few zeros)
+# is refused in one line rather than ending minutes later in a MemoryError.
+MAX_SAMPLES = 10_000_000
+MAX_SEEDS = 1000
+MAX_BATCH = 64   # the NPU's Bmax limit (fluidnpu dse), also the serving commands' batch bound
+
+
 class FloatRange(click.FloatRange):
-    """click's FloatRange that also refuses NaN: NaN compares false with every bound, so click's
-    own passes `--rate nan` through to code that cannot use it."""
+    """click's FloatRange that also refuses NaN and infinity: NaN compares false with every bound,
+    so click's own passes `--rate nan` through to code that cannot use it, and no option of these
+    commands means anything by an infinite rate, time or share."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         rv = super().convert(value, param, ctx)
-        if rv != rv:
-            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
         return rv

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import click
 
 from fluidnpu.host_driver.serving import serve_report
-from fluidnpu.output import FloatRange, emit_json, out
+from fluidnpu.output import MAX_BATCH, MAX_SAMPLES, FloatRange, emit_json, out
 
 
 @click.command("run", short_help="Stream samples through a policy on a device (ModelDevice or RTL sim).")
@@ -27,9 +27,9 @@ from fluidnpu.output import FloatRange, emit_json, out
               help="fluidb, lazybatching, serial, fc-/r-adaptb-s|m|l")
 @click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="latency SLO (ms)")
-@click.option("--samples", type=click.IntRange(min=1), default=200, show_default=True, help="samples streamed (test split, cycled)")
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=200, show_default=True, help="samples streamed (test split, cycled)")
 @click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
-@click.option("--bmax", type=click.IntRange(min=1), default=None,
+@click.option("--bmax", type=click.IntRange(1, MAX_BATCH), default=None,
               help="largest batch (default: the design's; without --design the default design is DSE'd at it, default 4)")
 @click.option("--seed", type=int, default=0, show_default=True, help="arrival-time seed")
 @click.option("--timeout", "timeout_s", type=FloatRange(min=0, min_open=True), default=None,

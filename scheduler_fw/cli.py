@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import FloatRange, emit_json, err, make_dir, out, progress_bar
+from fluidnpu.output import (MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar,
+                             read_text)
 from fluidnpu.tables import print_table
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
@@ -29,11 +30,11 @@ _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
 @click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="number of seeds to average")
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
               help="largest batch (default 8, or the bundle's with --design)")
-@click.option("--samples", type=click.IntRange(min=1), default=DEFAULT_SAMPLES, show_default=True,
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed")
 @click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
@@ -54,6 +55,8 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
     if design:
         if model or board:
             raise FluidError("give either --design or --model/--board, not both")
+        if cache_dir:
+            raise FluidError("--cache-dir holds the DSE of --model/--board; a --design needs none")
         bundle = load_design(design)
         source = design
     else:
@@ -119,12 +122,12 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 
 @click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
 @click.argument("what", type=click.Choice([*FIGURES, "all"]))
-@click.option("--seeds", type=click.IntRange(min=1), default=3, show_default=True, help="seeds averaged per point")
-@click.option("--samples", type=click.IntRange(min=100), default=DEFAULT_SAMPLES, show_default=True,
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="seeds averaged per point")
+@click.option("--samples", type=click.IntRange(100, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed (>= 100 for a p99)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="build/eval", show_default=True,
               help="where the CSV/JSON/PNG files go")
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="worker processes (default: up to 2)")
+@click.option("--jobs", type=click.IntRange(1, 256), default=None, help="worker processes (default: up to 2)")
 @click.option("--bmax", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option("--decision-cost-us", type=FloatRange(min=0), default=DEFAULT_DECISION_COST_S * 1e6,
               show_default=True, help="NPU stall per scheduler invocation (µs)")
@@ -145,6 +148,10 @@ def eval_cmd(what: str, seeds: int, samples: int, out_dir: str, jobs: int | None
     if jobs is not None:
         cfg.jobs = jobs
     cfg.validate()
+    if results_md:  # checked before minutes of work that would end in filling it
+        read_text(results_md, "--results-md page")
+    if cache_dir:  # before --out is made: a bad cache folder must not leave an empty --out behind
+        make_dir(cache_dir, "DSE cache folder")
     make_dir(out_dir)
     names = list(FIGURES) if what == "all" else [what]
     results = {}

@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import write_text, writing
 from fluidnpu.scheduler_fw.headline import (CAPACITY_SAMPLES, LEVEL, OVERLOAD, OWN, RHO_MAX, SAME, add_point_intervals,
                                             all_points_gain, compare, mark_saturation, ratio_interval)
 from fluidnpu.scheduler_fw.latency import LatencyTable
@@ -383,7 +384,7 @@ def write_headline(out_dir: Path) -> dict[str, Any] | None:
     summary["rho_max"] = RHO_MAX
     summary["interval_level"] = LEVEL
     summary["paper"] = {"mean_latency_gain": 1.97, "tail_slo_satisfaction_gain": 6.7}
-    (out_dir / "headline.json").write_text(json.dumps(_json_safe(summary), indent=1) + "\n")
+    write_text(out_dir / "headline.json", json.dumps(_json_safe(summary), indent=1) + "\n")
     return summary
 
 
@@ -393,7 +394,7 @@ def _csv(path: Path, rows: list[dict[str, Any]]) -> None:
     flat = [{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rows]
     if not flat:
         return
-    with open(path, "w", newline="") as fh:
+    with writing(path, "CSV") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(flat[0]))
         w.writeheader()
         for r in flat:
@@ -443,5 +444,5 @@ def run_figure(name: str, out_dir: Path, cfg: EvalConfig, progress: Progress | N
     result["config"] = {"seeds": cfg.seeds, "samples_per_seed": cfg.n_samples, "bmax": cfg.bmax,
                         "decision_cost_us": cfg.decision_cost_s * 1e6, "jobs": cfg.jobs}
     result["seconds"] = time.perf_counter() - t0
-    (out_dir / f"{name}.json").write_text(json.dumps(_json_safe(result), indent=1) + "\n")
+    write_text(out_dir / f"{name}.json", json.dumps(_json_safe(result), indent=1) + "\n")
     return result

@@ -17,6 +17,7 @@ import csv
 from pathlib import Path
 from typing import Any, Callable
 
+from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.registry import FC_B8, FLUID_STACKABLE, R_B8, DesignKind
 
 SCHEMES: tuple[tuple[str, DesignKind], ...] = (
@@ -128,7 +129,7 @@ def run_fig7(out_dir: Path, cfg: Any, progress: Callable[[str, int, int], None] 
             plot_gops(ablation, fluid_bundle.data["performance"]["peak_gops"], out_dir / abl,
                       f"{model} on {board_name}: modes on one design <{','.join(map(str, fluid_bundle.design))}>")
             files += [name, abl]
-    with open(out_dir / "fig7.csv", "w", newline="") as fh:
+    with writing(out_dir / "fig7.csv", "CSV") as tmp, open(tmp, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

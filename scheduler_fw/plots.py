@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.headline import LEVEL, RHO_MAX
 from fluidnpu.scheduler_fw.registry import POLICIES
 
@@ -97,7 +98,8 @@ def plot_sweep(rows: Sequence[dict[str, Any]], panel: Any, path: Path, title: st
              f"{RHO_MAX:g} x the policy's measured capacity), left out of the headline", ha="center", fontsize=8,
              color="dimgrey")
     fig.tight_layout(rect=(0, 0.07, 1, 0.93))
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -115,7 +117,8 @@ def plot_slo_sweep(rows: Sequence[dict[str, Any]], panels: Sequence[Any], path: 
     h, lab = (axes[0] if len(panels) > 1 else axes).get_legend_handles_labels()
     fig.legend(h, lab, loc="lower center", ncol=5, fontsize=9)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -149,7 +152,8 @@ def plot_table1(summary: dict[str, Any], path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle("Table I: LazyBatching vs FluidB, ours beside the paper's")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
@@ -179,7 +183,8 @@ def plot_load_sweep(rows: Sequence[dict[str, Any]], panels: Sequence[Any], path:
                              f"(capacity {cap:.1f} samples/s)", fontsize=9)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import write_text
 from fluidnpu.scheduler_fw.registry import POLICIES
 
 
@@ -123,5 +124,5 @@ def update_results_md(md_path: Path, out_dir: Path) -> list[str]:
     if t1.is_file() and "<!-- generated:table1 -->" in text:
         text = splice(text, "table1", table1_markdown(json.loads(t1.read_text())["summary"]))
         done.append("table1")
-    md_path.write_text(text)
+    write_text(md_path, text, "results page")
     return done

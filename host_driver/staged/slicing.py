@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import write_text
 from fluidnpu.host_driver.staged.model import ModelSpec, call_module
 from fluidnpu.host_driver.staged.torchutil import require_torch, synchronize
 
@@ -165,7 +166,7 @@ class StageProfile:
                    tuple(tuple(b) for b in d["bounds"]), None if ms is None else np.asarray(ms), d.get("device", ""))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        write_text(path, json.dumps(self.to_json(), indent=1), "GPU profile")
 
 
 def profile_from_module_times(module_seconds: np.ndarray, batch_sizes: Sequence[int], n_stages: int,

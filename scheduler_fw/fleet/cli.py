@@ -5,8 +5,15 @@ Registered by fluidnpu/cli.py through `commands`; output helpers come from fluid
 
 from __future__ import annotations
 
+import sys
+
 import click
 from fluidnpu.output import FloatRange
+
+# The defaults are the smallest round pair whose plan of docs/fleet.md's example keeps every session's SLO
+# for >= 99 % of its requests under `--check` (docs/fleet.md, "Does a plan keep its SLOs?").
+DEFAULT_HEADROOM = 0.5
+DEFAULT_QUANTILE = 0.99
 
 
 @click.command("plan", short_help="Nexus squishy bin packing of sessions over a fleet of NPUs and GPUs.")
@@ -15,14 +22,18 @@ from fluidnpu.output import FloatRange
 @click.option("--fleet", "fleet_path", required=True, type=click.Path(dir_okay=False),
               help='JSON: {"devices": [{"name", "design" | "kind": "gpu" + "profile", "count"}, ...]}')
 @click.option("--no-early-exit", is_flag=True, help="price every batch as if no sample left early")
-@click.option("--headroom", type=FloatRange(min=0), default=0.0, show_default=True,
-              help="size every node for rate x (1 + H): room for Poisson bursts")
+@click.option("--headroom", type=FloatRange(min=0), default=DEFAULT_HEADROOM, show_default=True,
+              help="size every node for rate x (1 + H): room for Poisson bursts (0 with --quantile 0: Nexus as "
+                   "published, whose slots run at load 1 and miss most SLOs under Poisson arrivals)")
 @click.option("--slo-margin", type=FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
               help="plan every session for SLO x (1 - M): room for what the model does not price (RPCs, jitter)")
 @click.option("--jitter-ms", type=FloatRange(min=0), default=0.0, show_default=True,
               help="plan every session for SLO x (1 - M) - J ms: an absolute margin for dispatch jitter")
-@click.option("--quantile", type=FloatRange(min=0, max=1, max_open=True), default=0.0, show_default=True,
+@click.option("--quantile", type=FloatRange(min=0, max=1, max_open=True), default=DEFAULT_QUANTILE, show_default=True,
               help="size residue slots for this quantile of Poisson arrivals per duty cycle (0: the mean, as Nexus)")
+@click.option("--target", type=FloatRange(min=0, max=1), default=0.99, show_default=True,
+              help="with --check/--run: the share of each session's requests that must meet its SLO; below it, "
+                   "plan says which sessions missed and exits 1")
 @click.option("--check", "check_s", type=FloatRange(min=0), default=0.0, show_default=True,
               help="replay the plan under Poisson arrivals for this many seconds and report SLO compliance")
 @click.option("--run", "run_s", type=FloatRange(min=0), default=0.0, show_default=True,
@@ -35,14 +46,14 @@ from fluidnpu.output import FloatRange
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write a PNG of the nodes' duty cycles")
 @click.option("--json", "as_json", is_flag=True, help="print the plan as JSON")
 def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom: float, slo_margin: float,
-             jitter_ms: float, quantile: float, check_s: float,
+             jitter_ms: float, quantile: float, target: float, check_s: float,
              run_s: float, address: str | None, epoch_s: float, seed: int, plot: str | None, as_json: bool) -> None:
     """Place every session (model, rate, SLO) on the fleet's devices: nodes, batches, duty cycles."""
     from fluidnpu.output import emit_json, err, out
     from fluidnpu.scheduler_fw.fleet.check import check_plan
     from fluidnpu.scheduler_fw.fleet.inputs import device_kinds, load_fleet_file, load_sessions
     from fluidnpu.scheduler_fw.fleet.nexus import plan
-    from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, plan_dict, plan_text, plot_plan
+    from fluidnpu.scheduler_fw.fleet.report import check_dict, check_text, missed_line, plan_dict, plan_text, plot_plan
 
     if run_s:
         from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray
@@ -52,7 +63,7 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
     kinds = device_kinds(load_fleet_file(fleet_path), [s.model for s in sessions], early_exit=not no_early_exit)
     p = plan(sessions, kinds, headroom, slo_margin, jitter_ms / 1e3, quantile)
     d = plan_dict(p, kinds) | {"headroom": headroom, "slo_margin": slo_margin, "jitter_ms": jitter_ms,
-                               "quantile": quantile}
+                               "quantile": quantile, "target": target}
     if check_s:
         from rich.progress import Progress
 
@@ -82,6 +93,11 @@ def plan_cmd(sessions_path: str, fleet_path: str, no_early_exit: bool, headroom:
         if run_s:
             text += "\n" + check_text(d["run"], "Run on Ray, emulated boards, the sessions' full rates")
         out.print(text, highlight=False, soft_wrap=True)
+    missed = [missed_line(d[k], target) for k in ("check", "run") if k in d]
+    if any(missed):
+        err.print(f"warning: {'; '.join(m for m in missed if m)}; plan with more --headroom or a higher --quantile",
+                  markup=False, highlight=False, soft_wrap=True)
+        sys.exit(1)
 
 
 commands = [plan_cmd]

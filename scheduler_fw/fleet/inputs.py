@@ -10,12 +10,12 @@ of the file that names them. Every problem is one FluidError line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError
-from fluidnpu.schema import check
+from fluidnpu.output import read_json
+from fluidnpu.schema import check, check_one_of
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Profile, Session
 
 _NAME = {"type": "string", "minLength": 1}
@@ -27,29 +27,25 @@ SESSIONS_SCHEMA: dict[str, Any] = {
 }
 _DEVICE_COMMON = {"name": _NAME, "count": {"type": "integer", "minimum": 1},
                   "switch_ms": {"type": "number", "minimum": 0}}
+DEVICE_SCHEMAS: dict[str, dict[str, Any]] = {
+    "npu": {"type": "object", "required": ["name", "design", "count"], "additionalProperties": False,
+            "form": '{"name": ..., "board": ..., "design": "<bundle .json>", "count": <n>}',
+            "properties": {**_DEVICE_COMMON, "kind": {"const": "npu"}, "board": _NAME, "design": _NAME,
+                           "mmio_write_ns": {"type": "number", "minimum": 0}, "weights_resident": {"type": "boolean"}}},
+    "gpu": {"type": "object", "required": ["name", "kind", "profile", "count"], "additionalProperties": False,
+            "form": '{"name": ..., "kind": "gpu", "profile": "<profile .json>", "model": ..., "count": <n>}',
+            "properties": {**_DEVICE_COMMON, "kind": {"const": "gpu"}, "model": _NAME,
+                           "bmax": {"type": "integer", "minimum": 1},
+                           "profile": {"oneOf": [_NAME, {"type": "object", "minProperties": 1,
+                                                         "additionalProperties": _NAME}],
+                                       "form": '"<profile .json>" or {"<model>": "<profile .json>"}'}}},
+}
 FLEET_SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["devices"],
-    "properties": {"devices": {"type": "array", "minItems": 1, "items": {"oneOf": [
-        {"type": "object", "required": ["name", "design", "count"], "additionalProperties": False,
-         "properties": {**_DEVICE_COMMON, "kind": {"const": "npu"}, "board": _NAME, "design": _NAME,
-                        "mmio_write_ns": {"type": "number", "minimum": 0}, "weights_resident": {"type": "boolean"}}},
-        {"type": "object", "required": ["name", "kind", "profile", "count"], "additionalProperties": False,
-         "properties": {**_DEVICE_COMMON, "kind": {"const": "gpu"}, "model": _NAME, "bmax": {"type": "integer",
-                                                                                            "minimum": 1},
-                        "profile": {"oneOf": [_NAME, {"type": "object", "minProperties": 1,
-                                                      "additionalProperties": _NAME}]}}},
-    ]}}},
+    "form": '{"devices": [{"name": ..., "design": ..., "count": ...}, ...]}',
+    "properties": {"devices": {"type": "array", "minItems": 1}},
 }
-
-
-def _read_json(path: str | Path, what: str) -> Any:
-    p = Path(path)
-    if not p.is_file():
-        raise FluidError(f"{what} {p} does not exist")
-    try:
-        return json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FluidError(f"{what} {p}: not valid JSON ({exc})") from None
+"""The file's frame; each device is then checked against DEVICE_SCHEMAS[its kind] (check_one_of)."""
 
 
 def _near(base: Path, name: str) -> str:
@@ -63,7 +59,7 @@ def _near(base: Path, name: str) -> str:
 
 def load_sessions(path: str | Path) -> list[Session]:
     """The sessions file; a model that is a relative ONNX path is taken from the file's folder."""
-    data = _read_json(path, "sessions file")
+    data = read_json(path, "sessions file")
     check(SESSIONS_SCHEMA, data, f"sessions file {path}")
     base = Path(path).parent
     return [Session(_near(base, d["model"]) if d["model"].lower().endswith(".onnx") else d["model"],
@@ -72,12 +68,13 @@ def load_sessions(path: str | Path) -> list[Session]:
 
 def load_fleet_file(path: str | Path) -> list[dict[str, Any]]:
     """The fleet file's devices, checked, with their paths made relative to the fleet file's folder."""
-    data = _read_json(path, "fleet file")
+    data = read_json(path, "fleet file")
     what = f"fleet file {path}"
     check(FLEET_SCHEMA, data, what)
     base = Path(path).parent
     devices = []
-    for d in data["devices"]:
+    for i, d in enumerate(data["devices"]):
+        check_one_of(DEVICE_SCHEMAS, "kind", "npu", d, what, f"devices[{i}]")
         d = dict(d)
         if d.get("kind", "npu") == "npu":
             d["kind"] = "npu"
@@ -140,7 +137,7 @@ def device_kinds(devices: list[dict[str, Any]], models: list[str], early_exit: b
             for m, p in d["profile"].items():
                 if m not in models:
                     continue
-                raw = _read_json(p, f"GPU profile of device {d['name']!r}:")
+                raw = read_json(p, f"GPU profile of device {d['name']!r}:")
                 try:
                     sp = StageProfile.from_json(raw)
                 except (KeyError, TypeError, ValueError) as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.fleet.check import SessionCheck
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
 
@@ -75,6 +76,17 @@ def check_dict(checks: Sequence[SessionCheck], plan: Plan, seconds: float, seed:
             "slo_compliance": sum(c.within_slo for c in checks) / total if total else 1.0, "sessions": rows}
 
 
+def missed_line(c: dict[str, Any], target: float) -> str:
+    """The sessions of a check (check_dict) that kept their SLO for fewer than `target` of their requests,
+    in one line ("" if none)."""
+    low = [r for r in c["sessions"] if r["arrivals"] and r["slo_compliance"] < target]
+    if not low:
+        return ""
+    return (f"{len(low)} of {len(c['sessions'])} sessions kept their SLO for under {100 * target:g} % of their "
+            f"requests in the {c['seconds']:g} s replay (" + ", ".join(
+                f"session {r['session']} {r['model']}: {100 * r['slo_compliance']:.1f} %" for r in low) + ")")
+
+
 def check_text(c: dict[str, Any], title: str = "Check: replayed, placed load only") -> str:
     lines = [f"{title}: Poisson arrivals for {c['seconds']:g} s (seed {c['seed']})"]
     for r in c["sessions"]:
@@ -120,5 +132,6 @@ def plot_plan(d: dict[str, Any], path: str) -> None:
     ax.legend(handles, models, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"{d['node_count']} nodes, lower bound {d['lower_bound']:.2f}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with writing(path, "plot") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)

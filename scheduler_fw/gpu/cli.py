@@ -29,7 +29,7 @@ def gpu() -> None:
 @click.option("--size", type=click.Choice(["tiny", "small", "full"]), default=None,
               help="model size (default: full on cuda, tiny on cpu)")
 @click.option("--lengths", default=None, help="bert length distribution: rte, sst2, mrpc, uniform-2-100, uniform-5-500")
-@click.option("--bsmax", type=click.IntRange(min=1), default=64, show_default=True, help="largest batch")
+@click.option("--bsmax", type=click.IntRange(1, 4096), default=64, show_default=True, help="largest batch")
 @click.option("--stages", default=None, help="stages for dva: N, or auto for DVABatch's profiling search over "
               "up to 8 tries (default: 2 for bert, 4 for cnn/unet, as the paper's §8.7 found)")
 @click.option("--window-ms", type=FloatRange(min=0), default=None, help="delaybatch window (default: half the bsmax batch time)")
@@ -39,7 +39,7 @@ def gpu() -> None:
 @click.option("--cost-table", type=click.Path(dir_okay=False), default=None,
               help="dp: load the cached-cost table from here, or warm up and save it here")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default 1 with --device cpu)")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="torch CPU threads (default 1 with --device cpu)")
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
 def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, stages, window_ms, trigger, slo_ms,
               cost_table, seed, threads, as_json) -> None:

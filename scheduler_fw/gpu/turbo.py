@@ -34,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from fluidnpu.errors import FluidError
+from fluidnpu.output import write_text
 from fluidnpu.scheduler_fw.gpu.policies import GPUPolicy
 
 
@@ -78,8 +79,7 @@ class CostTable:
                 "seconds": self.seconds.tolist()}
 
     def save(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        write_text(path, json.dumps(self.to_json(), indent=1), "cost table")
 
     @classmethod
     def load(cls, path: str | Path) -> "CostTable":
