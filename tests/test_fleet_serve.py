@@ -155,7 +155,10 @@ def test_fleet_ingress_answers_like_one_device_emulates_zoo_models_and_survives_
     x, classes, logits = digits
     port = _free_port()
     seen: dict = {}
-    client = threading.Thread(target=_drive, args=(port, x, r50.latency_table()[0][0], seen), daemon=True)
+    from fluidnpu.serving.protocol import input_contract
+
+    sent = input_contract("digits-ee", x.shape[1:]).to_wire(x)       # what a client sends: raw pixels 0-16
+    client = threading.Thread(target=_drive, args=(port, sent, r50.latency_table()[0][0], seen), daemon=True)
     client.start()
     t0 = time.monotonic()
     try:

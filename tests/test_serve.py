@@ -79,6 +79,14 @@ def data():
 
 
 @pytest.fixture(scope="module")
+def wire(data):
+    """The test split as a client sends it (the served model's InputContract: raw pixels 0-16)."""
+    from fluidnpu.serving.protocol import input_contract
+
+    return input_contract(MODEL, data[1].shape[1:]).to_wire(data[1])
+
+
+@pytest.fixture(scope="module")
 def reference(data):
     """What `fluidnpu run` computes for the test split: the same runtime on ModelDevice, default design."""
     from fluidnpu import digits_ee as D
@@ -130,8 +138,9 @@ def _post(srv: ServerProcess, path: str, body: bytes, headers: dict | None = Non
 
 # ---------------------------------------------------------------- predictions equal `fluidnpu run`'s
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
-def test_http_predictions_equal_run(server, data, reference, binary):
-    _, xte, yte = data
+def test_http_predictions_equal_run(server, data, wire, reference, binary):
+    _, _, yte = data
+    xte = wire
     pred, exits, logits = reference
     client = th.InferenceServerClient(server.http, concurrency=1)
     assert client.is_server_live() and client.is_model_ready(MODEL)
@@ -157,8 +166,8 @@ def test_http_predictions_equal_run(server, data, reference, binary):
     assert acc > 0.9
 
 
-def test_grpc_stream_predictions_equal_run(server, data, reference):
-    _, xte, _ = data
+def test_grpc_stream_predictions_equal_run(server, wire, reference):
+    xte = wire
     pred, exits, logits = reference
     n = len(xte)
     got: dict[int, tuple] = {}
@@ -190,8 +199,8 @@ def test_grpc_stream_predictions_equal_run(server, data, reference):
     np.testing.assert_array_equal(np.stack([got[k][2] for k in range(n)]), logits)
 
 
-def test_grpc_unary_infer(server, data, reference):
-    _, xte, _ = data
+def test_grpc_unary_infer(server, wire, reference):
+    xte = wire
     client = tg.InferenceServerClient(server.grpc)
     inp = tg.InferInput("input", [5, 8, 8, 1], "FP32")
     inp.set_data_from_numpy(xte[:5])
@@ -202,8 +211,8 @@ def test_grpc_unary_infer(server, data, reference):
 
 
 # ---------------------------------------------------------------- bad requests: 400 / INVALID_ARGUMENT, server keeps serving
-def test_bad_requests_are_refused_and_server_keeps_serving(server, data):
-    _, xte, _ = data
+def test_bad_requests_are_refused_and_server_keeps_serving(server, wire):
+    xte = wire
     ok = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": xte[0].ravel().tolist()}]}
     infer = f"/v2/models/{MODEL}/infer"
     before = _metrics(server)["fluidnpu_admitted_total"]
@@ -242,8 +251,8 @@ def test_bad_requests_are_refused_and_server_keeps_serving(server, data):
 
 
 # ---------------------------------------------------------------- disconnects
-def test_client_disconnect_leaves_others_unaffected(server, data, reference):
-    _, xte, _ = data
+def test_client_disconnect_leaves_others_unaffected(server, wire, reference):
+    xte = wire
     m0 = _metrics(server)
     # HTTP: send a batch and hang up before the answer
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [64, 8, 8, 1],
@@ -300,8 +309,8 @@ def secured(tmp_path_factory):
     srv.stop()
 
 
-def test_token_auth_and_tls_http_and_grpc(secured, data):
-    _, xte, _ = data
+def test_token_auth_and_tls_http_and_grpc(secured, wire):
+    xte = wire
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
                                    "data": xte[0].ravel().tolist()}]}).encode()
     path = f"/v2/models/{MODEL}/infer"
@@ -328,7 +337,7 @@ def test_token_auth_and_tls_http_and_grpc(secured, data):
 
 
 # ---------------------------------------------------------------- overload, then SIGTERM drains
-def test_overload_rejects_explicitly_and_sigterm_drains(data):
+def test_overload_rejects_explicitly_and_sigterm_drains(wire):
     from fluidnpu.serving.edge import run_swarm
 
     srv = ServerProcess("--max-queue", "16", "--slo", "250", "--pace", "board")
@@ -353,7 +362,7 @@ def test_overload_rejects_explicitly_and_sigterm_drains(data):
 
         client = tg.InferenceServerClient(srv.grpc)
         client.start_stream(callback=callback)
-        xte = data[1]
+        xte = wire
         for k in range(60):
             inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
             inp.set_data_from_numpy(xte[k:k + 1])
@@ -554,11 +563,11 @@ def test_answers_reach_the_loop_in_one_hand_off_per_run(data):
 
 # ---------------------------------------------------------------- the RTL simulation behind the server
 @pytest.mark.heavy(120)
-def test_rtl_server_logits_bit_identical_to_model_device(data, reference, tmp_path):
+def test_rtl_server_logits_bit_identical_to_model_device(wire, reference, tmp_path):
     """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
     generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""
     pytest.importorskip("cocotb")
-    _, xte, _ = data
+    xte = wire
     pred, exits, logits = reference
     pick = np.concatenate([np.flatnonzero(exits == e)[:2] for e in range(exits.max() + 1)])   # every exit
     hport, gport = _free_port(), _free_port()
@@ -627,7 +636,7 @@ def test_edge_cli_json_report(server):
 
 
 # ---------------------------------------------------------------- "flash with PYNQ, then stream" against the fake pynq
-def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch):
+def test_pynq_server_flashes_then_serves(wire, reference, tmp_path, monkeypatch):
     """`serve --device pynq --bitstream --design`: the .hwh is checked, the overlay downloaded, then the
     server answers tritonclient with ModelDevice's results (the suite's fake pynq over a ModelDevice)."""
     import importlib.util
@@ -671,7 +680,7 @@ def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch)
                 time.sleep(0.1)
         assert "exc" not in result, result.get("exc")
         assert pynq.calls["overlay"] == 1 and pynq.calls["download"] == 1
-        _, xte, _ = data
+        xte = wire
         inp = th.InferInput("input", [16, 8, 8, 1], "FP32")
         inp.set_data_from_numpy(xte[:16])
         r = client.infer(MODEL, [inp])
