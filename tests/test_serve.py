@@ -199,6 +199,47 @@ def test_grpc_stream_predictions_equal_run(server, wire, reference):
     np.testing.assert_array_equal(np.stack([got[k][2] for k in range(n)]), logits)
 
 
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
+
+
+def test_docs_example_accuracy_equals_run(server, data):
+    """docs/serving.md's tritonclient example, run as written (only its address is this server's): it
+    prints the accuracy that the runtime `fluidnpu run` serves through gives on the same raw images; the
+    docs state the contract the metadata states."""
+    import contextlib
+    import io
+    import re
+
+    from sklearn.datasets import load_digits
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.host_driver.runtime import NetworkRuntime
+    from fluidnpu.serving.protocol import input_contract
+
+    text = DOCS.read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert '"127.0.0.1:8001"' in code
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code.replace('"127.0.0.1:8001"', repr(server.grpc)), str(DOCS), "exec"), {})
+    served = float(re.search(r"accuracy (\S+)", buf.getvalue()).group(1))
+    digits = load_digits()
+    n = int(re.search(r"range\(0, (\d+), 32\)", code).group(1))
+    x = (digits.images[:n].astype(np.float32) / np.float32(D.PIXEL_MAX))[..., None]
+    bundle = D.default_design(4)
+    with NpuDriver(ModelDevice(bundle), bundle) as drv:
+        states = NetworkRuntime(data[0], drv).infer(x)
+    run = float(np.mean(np.array([s.pred for s in states]) == digits.target[:n]))
+    print(f"docs example: served {served:.4f}, runtime {run:.4f} on {n} raw images")
+    assert abs(served - round(run, 4)) <= 0.005
+    contract = input_contract(MODEL, D.INPUT_HWC)
+    meta = th.InferenceServerClient(server.http).get_model_metadata(MODEL)["inputs"][0]
+    assert meta == contract.metadata() and meta["parameters"]["max"] == D.PIXEL_MAX
+    assert contract.describe() in " ".join(text.split())
+
+
 def test_grpc_unary_infer(server, wire, reference):
     xte = wire
     client = tg.InferenceServerClient(server.grpc)
@@ -623,7 +664,7 @@ def test_rtl_server_logits_bit_identical_to_model_device(wire, reference, tmp_pa
         err_file.close()
 
 
-def test_edge_cli_json_report(server):
+def test_edge_cli_json_report(server, data, reference):
     for proto, url in (("http-json", server.http), ("grpc-stream", server.grpc)):
         r = subprocess.run([sys.executable, "-m", "fluidnpu.cli", "edge", "--url", url, "--protocol", proto,
                             "--pattern", "bursty", "--devices", "2", "--rate", "100", "--duration", "1", "--json"],
@@ -631,7 +672,15 @@ def test_edge_cli_json_report(server):
         assert r.returncode == 0, r.stderr[-2000:]
         rep = json.loads(r.stdout)
         assert rep["sent"] == rep["answered"] > 20 and rep["lost"] == rep["errors"] == rep["rejected"] == 0
-        assert rep["accuracy"] > 0.85 and sum(rep["exits"].values()) == rep["answered"]
+        # the accuracy is the runtime's on exactly the images the swarm sent (device d's k-th request:
+        # image (d * 7919 + k) mod n, fluidnpu/serving/edge.py _paced)
+        from fluidnpu.serving.edge import arrival_times
+
+        n = len(data[2])
+        idx = np.array([(d * 7919 + k) % n for d, ts in enumerate(arrival_times(2, 100, 1, "bursty", 0))
+                        for k in range(len(ts))])
+        assert rep["accuracy"] == pytest.approx(float(np.mean(reference[0][idx] == data[2][idx])), abs=1e-12)
+        assert sum(rep["exits"].values()) == rep["answered"]
         assert rep["latency_ms"]["p50"] > 0 and rep["overhead_ms"]["p50"] >= 0
 
 

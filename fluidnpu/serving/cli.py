@@ -155,7 +155,8 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
     why = failure(rep)
     if why:
         err.print(f"[bold red]edge failed:[/] {why}", highlight=False, soft_wrap=True)
-        raise click.exceptions.Exit(1)
+        # SystemExit, not click's Exit: with standalone_mode=False click returns Exit's code, and main drops it
+        raise SystemExit(1)
 
 
 def _print_swarm(console: Any, rep: dict[str, Any]) -> None:
