@@ -145,9 +145,14 @@ def _edge(srv, protocol: str, *extra: str, token: bool = True, url: str | None =
 
 @pytest.mark.parametrize("protocol", ["grpc-stream", "http", "http-json"])
 def test_edge_token_file_works_on_every_protocol(srv, protocol):
-    r = _edge(srv, protocol)
-    assert r.returncode == 0, r.stderr[-2000:]
-    rep = json.loads(r.stdout)
+    """The token `--token-file` reads (test_edge_text_report_in_words_at_80_columns runs the command with
+    it) is accepted on every protocol; in process: the same run_swarm."""
+    from fluidnpu.serving.edge import failure, run_swarm
+    from fluidnpu.serving.server import read_token
+
+    rep = run_swarm(srv.grpc if protocol == "grpc-stream" else srv.http, protocol=protocol, devices=2, rate=40,
+                    duration_s=0.5, token=read_token(str(srv.token_file)))
+    assert failure(rep) is None, rep
     assert rep["sent"] == rep["answered"] >= 10 and rep["errors"] == rep["lost"] == rep["rejected"] == 0
 
 
@@ -298,6 +303,7 @@ def test_server_bad_input_matrix_http_and_grpc(srv, wire):
         (lambda: infer(np.full_like(one, np.inf)), "INVALID_ARGUMENT", "NaN or Inf"),
         (lambda: infer(np.full_like(one, 99.0)), "INVALID_ARGUMENT", "raw pixel values 0-16"),
         (lambda: infer(np.zeros((300, 8, 8, 1), np.float32)), "INVALID_ARGUMENT", "at most"),
+        (lambda: infer(np.zeros((20000, 8, 8, 1), np.float32)), "RESOURCE_EXHAUSTED", "larger than max"),
         (lambda: infer(one, parameters={"deadline_ms": -1.0}), "INVALID_ARGUMENT", "deadline_ms"),
         (lambda: infer(one, outputs=[tg.InferRequestedOutput("nope")]), "INVALID_ARGUMENT", "unknown output"),
         (lambda: infer(one, headers=None), "UNAUTHENTICATED", "bearer token"),
