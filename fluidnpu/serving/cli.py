@@ -177,7 +177,8 @@ def _print_swarm(console: Any, rep: dict[str, Any]) -> None:
         console.print(t)
         exits = ", ".join(f"exit {k} {v}" for k, v in rep["exits"].items())
         console.print(f"accuracy {100 * rep['accuracy']:.2f} %; SLO {rep['slo_ms']:g} ms missed by "
-                      f"{rep['slo_violations']} answers; samples by exit: {exits}", highlight=False)
+                      f"{rep['slo_violations']} answers", highlight=False)
+        console.print(f"samples by exit: {exits}", highlight=False)
     for m in rep["error_messages"]:
         console.print(f"  error: {m}", highlight=False, soft_wrap=False, overflow="ellipsis")
 

@@ -157,7 +157,9 @@ def failure(rep: dict[str, Any]) -> Optional[str]:
     if rep["sent"] == 0:
         return "no request was sent"
     if rep["errors"] or rep["lost"]:
-        return (f"{rep['errors']} of {rep['sent']} requests failed and {rep['lost']} got no answer"
+        what = [f"{rep[k]} of {rep['sent']} requests {w}" for k, w in (("errors", "failed"), ("lost", "got no answer"))
+                if rep[k]]
+        return (", ".join(what)
                 + (f" (first error: {rep['error_messages'][0]})" if rep["error_messages"] else ""))
     if rep["answered"] == 0:
         return f"none of {rep['sent']} requests was answered ({rep['rejected']} rejected)"
