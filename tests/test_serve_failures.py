@@ -75,9 +75,20 @@ def test_serve_bad_addresses_one_line_exit_2(capsys):
             assert time.monotonic() - t0 < 5, args                 # before the network is loaded
 
 
+def test_serve_bad_numbers_one_line_exit_2(capsys):
+    for opt, values in (("--slo", ("0", "-1", "nan", "inf", "1e308", "x")), ("--stop-after", ("0", "nan", "inf")),
+                        ("--max-queue", ("0", "-3", "1e9", "2.5")), ("--tau", ("0", "1.5", "nan")),
+                        ("--bmax", ("0", "99999")), ("--http-port", ("-1", "65536")), ("--grpc-port", ("nan",))):
+        for v in values:
+            line = _one_line_exit(["serve", opt, v], capsys)
+            assert opt in line, (opt, v, line)
+
+
 def test_edge_bad_numbers_one_line_exit_2(capsys):
     for args in (["--rate", "nan"], ["--rate", "0"], ["--rate", "-1"], ["--rate", "inf"], ["--duration", "nan"],
-                 ["--devices", "0"], ["--deadline", "nan"], ["--slo", "-5"], ["--token-file", "/nonexistent"]):
+                 ["--duration", "1e12"], ["--rate", "1e6", "--duration", "1e5"], ["--devices", "0"],
+                 ["--devices", "100000"], ["--deadline", "nan"], ["--slo", "-5"], ["--token-file", "/nonexistent"],
+                 ["--token-file", "/"]):
         line = _one_line_exit(["edge", *args], capsys)
         assert "--" in line, (args, line)
 

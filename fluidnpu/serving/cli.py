@@ -12,7 +12,9 @@ import click
 
 from fluidnpu.output import FloatRange
 
-_POS = FloatRange(min=0, min_open=True)
+# bounds that keep a huge or infinite number from reaching a timer, an array size or a thread count
+_MS = FloatRange(min=0, min_open=True, max=1e7)              # deadlines and SLOs: up to ~3 h
+_S = FloatRange(min=0, min_open=True, max=1e6)               # durations and timers: up to ~11 days
 _PORT = click.IntRange(0, 65535)
 
 @click.command("serve", short_help="Serve the NPU (or a fleet, --fleet) over KServe v2 to edge devices.")
@@ -23,26 +25,26 @@ _PORT = click.IntRange(0, 65535)
 @click.option("--bitstream", type=click.Path(dir_okay=False), default=None, help="npu.bit (--device pynq)")
 @click.option("--uio", default="/dev/uio0", show_default=True, help="the NPU's UIO device (--device devmem)")
 @click.option("--policy", "-p", default="fluidb", show_default=True, help="scheduling policy")
-@click.option("--slo", type=_POS, default=50.0, show_default=True, help="default per-request deadline (ms)")
-@click.option("--max-queue", type=click.IntRange(min=1), default=64, show_default=True, help="samples admitted and not yet answered")
+@click.option("--slo", type=_MS, default=50.0, show_default=True, help="default per-request deadline (ms)")
+@click.option("--max-queue", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="samples admitted and not yet answered")
 @click.option("--tau", type=FloatRange(0, 1, min_open=True), default=0.8, show_default=True, help="exit threshold on softmax top-1")
-@click.option("--bmax", type=click.IntRange(min=1), default=None, help="largest batch (default: the design's)")
+@click.option("--bmax", type=click.IntRange(1, 4096), default=None, help="largest batch (default: the design's)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--http-port", type=_PORT, default=8000, show_default=True, help="HTTP port (0: any free port)")
-@click.option("--grpc-port", type=_PORT, default=8001, show_default=True, help="gRPC port")
+@click.option("--grpc-port", type=_PORT, default=8001, show_default=True, help="gRPC port (0: any free port)")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token required")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None, help="TLS certificate (PEM)")
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None, help="TLS key (PEM)")
 @click.option("--pace", type=click.Choice(["board"]), default=None,
               help="hold each run for the board's modelled time (ModelDevice on a PC)")
-@click.option("--stop-after", type=_POS, default=None,
+@click.option("--stop-after", type=_S, default=None,
               help="drain and exit after this many seconds (scripts; --device rtl, where SIGTERM cannot reach it)")
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False), default=None,
               help="serve a fleet (with --sessions): the `fluidnpu plan` fleet file; needs the 'fleet' extra")
 @click.option("--sessions", "sessions_path", type=click.Path(dir_okay=False), default=None,
               help="with --fleet: the sessions file (model, rate, SLO) the fleet is planned for")
 @click.option("--address", default=None, help="with --fleet: join this Ray cluster instead of starting a local one")
-@click.option("--epoch", "epoch_s", type=FloatRange(min=0), default=None,
+@click.option("--epoch", "epoch_s", type=FloatRange(0, 1e6), default=None,
               help="with --fleet: re-plan every this many seconds on the measured rates (default 5; 0: only "
                    "when a device dies)")
 @click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
@@ -118,14 +120,14 @@ def _rejected(by_reason: dict[str, int]) -> str:
 @click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
 @click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
               show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
-@click.option("--devices", type=click.IntRange(min=1), default=4, show_default=True, help="edge devices (one client each)")
-@click.option("--rate", type=_POS, default=200.0, show_default=True, help="total mean requests/s")
+@click.option("--devices", type=click.IntRange(1, 1024), default=4, show_default=True, help="edge devices (one client each)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True, max=1e6), default=200.0, show_default=True, help="total mean requests/s")
 @click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
-@click.option("--duration", type=_POS, default=5.0, show_default=True, help="seconds of sending")
+@click.option("--duration", type=_S, default=5.0, show_default=True, help="seconds of sending")
 @click.option("--model", "-m", default="digits-ee", show_default=True)
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token to send")
-@click.option("--deadline", type=_POS, default=None, help="per-request deadline (ms) sent to the server")
-@click.option("--slo", type=_POS, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
+@click.option("--deadline", type=_MS, default=None, help="per-request deadline (ms) sent to the server")
+@click.option("--slo", type=_MS, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, pattern: str, duration: float,

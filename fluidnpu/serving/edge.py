@@ -27,6 +27,7 @@ import numpy as np
 from fluidnpu.errors import FluidError
 
 PROTOCOLS = ("http", "http-json", "grpc-stream")
+MAX_REQUESTS = 10_000_000        # arrival times are drawn up front
 _REASON = re.compile(r"rejected \((\w+)\)")
 
 
@@ -93,6 +94,9 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
         raise FluidError(f"--deadline must be a number of ms > 0, got {deadline_ms}")
     if not (np.isfinite(slo_ms) and slo_ms > 0):
         raise FluidError(f"--slo must be a number of ms > 0, got {slo_ms}")
+    if rate * duration_s > MAX_REQUESTS:
+        raise FluidError(f"--rate x --duration asks for {rate * duration_s:.3g} requests; at most {MAX_REQUESTS:,} "
+                         f"in one run")
     if protocol not in PROTOCOLS:
         raise FluidError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if pattern not in ("poisson", "bursty"):

@@ -207,8 +207,9 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 ticket.cancel()
 
 
-async def start_grpc(server: Any, host: str, port: int) -> Any:
-    """A started grpc.aio server on host:port (TLS when the server has cert and key)."""
+async def start_grpc(server: Any, host: str, port: int) -> tuple[Any, int]:
+    """A started grpc.aio server on host:port (TLS when the server has cert and key), and the port it bound
+    (port 0: any free one)."""
     srv = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)])
     pbg.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), srv)
     addr = f"{host}:{port}"
@@ -224,4 +225,4 @@ async def start_grpc(server: Any, host: str, port: int) -> Any:
     if not bound:
         raise FluidError(f"cannot bind gRPC on {addr} (the port in use, or not an address of this machine)")
     await srv.start()
-    return srv
+    return srv, int(bound)

@@ -170,7 +170,7 @@ async def _transports(server: Server, cfg: dict[str, Any], started: threading.Ev
                              f"address of this machine)")
         await asyncio.sleep(0.01)
     try:
-        grpc_srv = await start_grpc(server, cfg["host"], cfg["grpc_port"])
+        grpc_srv, grpc_port = await start_grpc(server, cfg["host"], cfg["grpc_port"])
     except BaseException:
         http.should_exit = True
         await http_task
@@ -178,6 +178,7 @@ async def _transports(server: Server, cfg: dict[str, Any], started: threading.Ev
     stop.append(asyncio.Event())
     stop.append(asyncio.get_running_loop())
     stop.append(http.servers[0].sockets[0].getsockname()[1])
+    stop.append(grpc_port)
     started.set()
     await stop[0].wait()
     await asyncio.sleep(0.05)                  # let the last answers be written
@@ -238,7 +239,7 @@ def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[s
         timer.start()
     if cfg.get("stop_file"):                            # inside the RTL simulation: the parent's SIGTERM
         threading.Thread(target=_watch_stop_file, args=(cfg["stop_file"], engine), daemon=True).start()
-    print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": cfg["grpc_port"],
+    print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": stop[3],
                       "device": cfg["device"], "policy": cfg["policy"], "bmax": engine.runtime.bmax,
                       "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
     try:
