@@ -12,6 +12,10 @@ rejected (with the server's reason) or an error, and the report says how
 many of each, with latency p50/p99 (client side, and the server's own
 `server_ms` from the response parameters: an overloaded client's queueing
 shows in the first only), SLO violations (client side) and accuracy.
+The images go on the wire as the served model's `InputContract` states
+(serving/protocol.py). `failure(report)` is the rule by which `fluidnpu edge`
+exits 1: it did not do its job. A device whose client cannot start or whose
+stream broke fails its remaining requests at once, each counted, in words.
 """
 
 from __future__ import annotations

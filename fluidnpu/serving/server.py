@@ -244,16 +244,19 @@ def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[s
                       "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
     try:
         engine.run()                                    # until drained
-    finally:
         if timer is not None:                           # drained by a signal: exit now, not at the timer
             timer.cancel()
+        t0 = time.monotonic()
+        stop[1].call_soon_threadsafe(stop[0].set)
+        th.join(30)
+        counters = engine.check_counters()
+        engine.runtime.release()
+    finally:
+        # a second signal while the transports close only asks for the drain again
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    t0 = time.monotonic()
-    stop[1].call_soon_threadsafe(stop[0].set)
-    th.join(30)
-    counters = engine.check_counters()
-    engine.runtime.release()
+        if timer is not None:
+            timer.cancel()
     return {"drained_s": time.monotonic() - t0, "counters": counters,
             "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
 
