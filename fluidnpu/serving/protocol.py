@@ -41,7 +41,7 @@ class InputContract:
     hwc: tuple[int, ...]
     pixel_max: Optional[float] = None
     name: str = INPUT
-    datatype: str = "FP32"
+    datatype: str = "FP32"           # little-endian float32 on the wire (the binary extension, gRPC raw)
 
     def describe(self) -> str:
         """One line for the metadata and the docs."""
@@ -122,32 +122,33 @@ class ServedModel:
 
     def check_input(self, name: str, datatype: str, shape: Sequence[int], data: Any) -> np.ndarray:
         """The (N, H, W, C) float32 batch of one input tensor at the network's scale, or BadRequest."""
-        if name != INPUT:
-            raise BadRequest(f"unknown input {name!r}; the model's input is {INPUT!r}")
-        if datatype != "FP32":
-            raise BadRequest(f"input {INPUT!r} must be FP32, got {datatype}")
+        c = self.contract
+        if name != c.name:
+            raise BadRequest(f"unknown input {name!r}; the model's input is {c.name!r}")
+        if datatype != c.datatype:
+            raise BadRequest(f"input {c.name!r} must be {c.datatype}, got {datatype}")
         shape = [int(v) for v in shape]
-        if len(shape) != 1 + len(self.input_hwc) or tuple(shape[1:]) != self.input_hwc or shape[0] < 1:
-            raise BadRequest(f"input shape must be [N, {', '.join(map(str, self.input_hwc))}] with N >= 1, "
+        if len(shape) != 1 + len(c.hwc) or tuple(shape[1:]) != c.hwc or shape[0] < 1:
+            raise BadRequest(f"input shape must be [N, {', '.join(map(str, c.hwc))}] with N >= 1, "
                              f"got {shape}")
         if shape[0] > MAX_SAMPLES_PER_REQUEST:
             raise BadRequest(f"at most {MAX_SAMPLES_PER_REQUEST} samples per request, got {shape[0]}")
         if isinstance(data, (bytes, bytearray, memoryview)):
             if len(data) != int(np.prod(shape)) * 4:
-                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape)) * 4} bytes, "
+                raise BadRequest(f"input {c.name!r} of shape {shape} needs {int(np.prod(shape)) * 4} bytes, "
                                  f"got {len(data)}")
             arr = np.frombuffer(data, dtype="<f4")
         else:
             try:
                 arr = np.asarray(data, dtype=np.float32).reshape(-1)
             except (TypeError, ValueError) as exc:
-                raise BadRequest(f"input {INPUT!r} data is not a list of numbers: {exc}") from None
+                raise BadRequest(f"input {c.name!r} data is not a list of numbers: {exc}") from None
             if arr.size != int(np.prod(shape)):
-                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape))} values, "
+                raise BadRequest(f"input {c.name!r} of shape {shape} needs {int(np.prod(shape))} values, "
                                  f"got {arr.size}")
         arr = arr.reshape(shape)
         if not np.isfinite(arr).all():
-            raise BadRequest(f"input {INPUT!r} holds NaN or Inf")
+            raise BadRequest(f"input {c.name!r} holds NaN or Inf")
         return self.contract.to_network(arr)
 
     def check_outputs(self, names: Sequence[str]) -> list[str]:
