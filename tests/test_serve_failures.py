@@ -230,6 +230,9 @@ def _http_cases(x: np.ndarray) -> list[tuple[str, str, bytes, dict, int, str]]:
                                    "parameters": {"binary_data_size": 300}}]}).encode()
     raw = x.astype("<f4").tobytes()
     cases = [
+        ("GET", "/v2/nope", b"", {}, 404, "Not Found: GET /v2/nope"),
+        ("GET", infer, b"", {}, 405, "Method Not Allowed"),
+        ("DELETE", f"/v2/models/{MODEL}", b"", {}, 405, "Method Not Allowed"),
         ("GET", "/v2/models/nosuch", b"", {}, 404, "unknown model"),
         ("GET", "/v2/models/nosuch/ready", b"", {}, 404, "unknown model"),
         ("GET", f"/v2/models/{MODEL}/versions/7", b"", {}, 404, "unknown version"),
@@ -325,6 +328,31 @@ def test_server_bad_input_matrix_http_and_grpc(srv, wire):
             call()
         assert code in str(exc.value.status()) and words in exc.value.message(), (code, words, str(exc.value))
         assert int(infer(one).as_numpy("class")[0]) == want
+    # the same in one stream: each bad request is that response's error, the stream goes on
+    got: dict[str, int] = {}
+    errs: list[str] = []
+    done = threading.Semaphore(0)
+
+    def callback(result, error):
+        if error is not None:
+            errs.append(str(error))
+        else:
+            got[result.get_response().id] = int(result.as_numpy("class")[0])
+        done.release()
+
+    stream_bad = [(np.full_like(one, np.nan), "FP32"), (one[:, :, :, 0], "FP32"), (np.full_like(one, 20.0), "FP32"),
+                  (one.astype(np.float64), "FP64")]
+    client.start_stream(callback=callback, headers=AUTH)
+    for k, (arr, dtype) in enumerate(stream_bad):
+        for rid, (a, dt) in ((f"bad{k}", (arr, dtype)), (f"good{k}", (one, "FP32"))):
+            inp = tg.InferInput("input", list(a.shape), dt)
+            inp.set_data_from_numpy(a)
+            client.async_stream_infer(MODEL, [inp], request_id=rid)
+    for _ in range(2 * len(stream_bad)):
+        assert done.acquire(timeout=30)
+    client.stop_stream()
+    assert got == {f"good{k}": want for k in range(len(stream_bad))}
+    assert len(errs) == len(stream_bad) and all("INVALID_ARGUMENT" in e for e in errs), errs
     meta = client.get_model_metadata(MODEL, headers=AUTH, as_json=True)
     assert meta["inputs"][0]["shape"] == ["-1", "8", "8", "1"]
     client.close()
