@@ -88,7 +88,7 @@ def test_edge_bad_numbers_one_line_exit_2(capsys):
     for args in (["--rate", "nan"], ["--rate", "0"], ["--rate", "-1"], ["--rate", "inf"], ["--duration", "nan"],
                  ["--duration", "1e12"], ["--rate", "1e6", "--duration", "1e5"], ["--devices", "0"],
                  ["--devices", "100000"], ["--deadline", "nan"], ["--slo", "-5"], ["--token-file", "/nonexistent"],
-                 ["--token-file", "/"]):
+                 ["--token-file", "/"], ["-m", "nosuch"]):
         line = _one_line_exit(["edge", *args], capsys)
         assert "--" in line, (args, line)
 

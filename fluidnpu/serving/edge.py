@@ -89,7 +89,7 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
     """Run the swarm against `url` (host:port of HTTP or gRPC, by `protocol`) and report. The images go
     on the wire as the served model's `InputContract` states (digits-ee: raw pixels 0-16)."""
     from fluidnpu.host_driver.serving import load_network
-    from fluidnpu.serving.protocol import input_contract
+    from fluidnpu.serving.protocol import check_runtime_model, input_contract
 
     for v, what in ((devices, "--devices"), (rate, "--rate"), (duration_s, "--duration")):
         if not (np.isfinite(v) and v > 0):
@@ -105,7 +105,7 @@ def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate
         raise FluidError(f"--protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
     if pattern not in ("poisson", "bursty"):
         raise FluidError(f"--pattern must be poisson or bursty, got {pattern!r}")
-    _, _, xte, yte = load_network(model)
+    _, _, xte, yte = load_network(check_runtime_model(model, "edge"))
     wire = input_contract(model, xte.shape[1:]).to_wire(xte)
     times = arrival_times(devices, rate, duration_s, pattern, seed)
     tally = _Tally()

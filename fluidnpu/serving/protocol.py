@@ -75,6 +75,19 @@ class InputContract:
         return arr / np.float32(self.pixel_max)
 
 
+def check_runtime_model(model: str, command: str) -> str:
+    """The runtime model `model` names (one it has weights for), or a one-line FluidError naming `command`."""
+    from fluidnpu.errors import FluidError
+    from fluidnpu.host_driver.serving import MODELS
+
+    key = model.lower().replace("_", "-")
+    if key not in MODELS:
+        verb = "sends the test split of" if command == "edge" else "serves"
+        raise FluidError(f"unknown model {model!r}; `fluidnpu {command}` {verb} {', '.join(MODELS)} (the models "
+                         f"with weights; a fleet serves zoo models too: serve --fleet, --sessions)")
+    return key
+
+
 def input_contract(model: str, hwc: Sequence[int]) -> InputContract:
     """The input contract of a served model: digits-ee takes the data set's raw pixels; a model the server
     has no data set for takes the network's values."""

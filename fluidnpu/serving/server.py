@@ -273,11 +273,9 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
     from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
 
-    from fluidnpu.host_driver.serving import MODELS
+    from fluidnpu.serving.protocol import check_runtime_model
 
-    if model.lower().replace("_", "-") not in MODELS:
-        raise FluidError(f"unknown model {model!r}; `fluidnpu serve` serves {', '.join(MODELS)} (the models "
-                         f"it has weights for; a fleet serves zoo models too: --fleet, --sessions)")
+    check_runtime_model(model, "serve")
     policy = policy_spec(policy).name
     check_positive(slo_ms, "--slo (ms)")
     if stop_after_s is not None:
