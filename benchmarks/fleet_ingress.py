@@ -96,7 +96,10 @@ def main() -> None:
     from fluidnpu.cli import main as cli
     from fluidnpu.host_driver.serving import load_network
 
+    from fluidnpu.serving.protocol import input_contract
+
     _, _, xte, _ = load_network("digits-ee")
+    xte = input_contract("digits-ee", xte.shape[1:]).to_wire(xte)      # raw pixels 0-16, as a client sends
     digits = [json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
                                       "data": x.ravel().tolist()}]}).encode() for x in xte[:64]]
     r50 = [json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 224, 224, 3],

@@ -1,6 +1,8 @@
 """digits-ee: a small real early-exit CNN for scikit-learn's handwritten digits.
 
-Three exits on 8x8x1 images (values 0..16 scaled to [0, 1]):
+Three exits on 8x8x1 images (pixel values 0..PIXEL_MAX scaled to [0, 1]: what
+the network is trained on; `fluidnpu serve` takes the raw pixels and scales
+them, fluidnpu/serving/protocol.py `InputContract`):
 
     conv1 3x3 1->8 pad 1, ReLU           8x8x8   -- exit1: fc 512 -> 10
     conv2 3x3 8->16 stride 2 pad 1, ReLU 4x4x16  -- exit2: fc 256 -> 10
@@ -27,6 +29,7 @@ from fluidnpu.workload import Exit, Layer, Workload
 NAME = "digits-ee"
 WEIGHTS = Path(__file__).parent / "data" / "digits_ee.npz"
 INPUT_HWC = (8, 8, 1)
+PIXEL_MAX = 16.0        # load_digits().images hold integers 0..16
 N_CLASSES = 10
 SPLIT_SEED = 0          # the train/test split of the 1797 images
 N_TEST = 450
@@ -75,7 +78,7 @@ def load_dataset() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     except ImportError:
         raise FluidError("the digits data set ships with scikit-learn: pip install 'fluidnpu[digits]'") from None
     d = load_digits()
-    x = (d.images.astype(np.float32) / 16.0)[..., None]
+    x = (d.images.astype(np.float32) / np.float32(PIXEL_MAX))[..., None]
     y = d.target.astype(np.int64)
     perm = np.random.default_rng(SPLIT_SEED).permutation(len(y))
     test, train = perm[:N_TEST], perm[N_TEST:]

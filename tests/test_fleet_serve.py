@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -155,7 +159,10 @@ def test_fleet_ingress_answers_like_one_device_emulates_zoo_models_and_survives_
     x, classes, logits = digits
     port = _free_port()
     seen: dict = {}
-    client = threading.Thread(target=_drive, args=(port, x, r50.latency_table()[0][0], seen), daemon=True)
+    from fluidnpu.serving.protocol import input_contract
+
+    sent = input_contract("digits-ee", x.shape[1:]).to_wire(x)       # what a client sends: raw pixels 0-16
+    client = threading.Thread(target=_drive, args=(port, sent, r50.latency_table()[0][0], seen), daemon=True)
     client.start()
     t0 = time.monotonic()
     try:
@@ -221,3 +228,50 @@ def test_fleet_serve_bad_options_exit_2(args, words, capsys):
         main(["serve", *args])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_fleet_serve_busy_port_exits_2_before_ray_starts(capsys):
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        t0 = time.monotonic()
+        with pytest.raises(SystemExit) as exc:
+            main(["serve", "--fleet", "f.json", "--sessions", "s.json", "--http-port", port])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"--http-port {port}" in err and "in use" in err, err
+    assert len(err.strip().splitlines()) == 1 and time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_fleet_serve_stops_on_a_signal_and_leaves_no_process(fleet_files, sig):
+    """`serve --fleet` in its own session, a long --stop-after: the signal drains it, it exits 0 with one
+    line, and nothing of its session (Ray's local processes included) outlives it."""
+    d, _ = fleet_files
+    port = _free_port()
+    p = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--fleet", str(d / "fleet.json"),
+                          "--sessions", str(d / "sessions.json"), "--http-port", str(port), "--stop-after", "600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        t_end = time.monotonic() + 180            # Ray and Serve start first
+        line = ""
+        while time.monotonic() < t_end and p.poll() is None:
+            line = p.stdout.readline()
+            if line.startswith('{"serving"'):
+                break
+        assert line.startswith('{"serving"'), p.stderr.read()[-2000:] if p.poll() is not None else "not ready"
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+        took = time.monotonic() - t0
+        assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
+        assert "drained" in err.strip().splitlines()[-1], err[-2000:]
+        print(f"serve --fleet stopped {took:.1f} s after {sig.name}")
+        time.sleep(2.0)
+        with pytest.raises(ProcessLookupError):   # no process left in its session's group
+            os.killpg(p.pid, 0)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()

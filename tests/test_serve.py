@@ -79,6 +79,14 @@ def data():
 
 
 @pytest.fixture(scope="module")
+def wire(data):
+    """The test split as a client sends it (the served model's InputContract: raw pixels 0-16)."""
+    from fluidnpu.serving.protocol import input_contract
+
+    return input_contract(MODEL, data[1].shape[1:]).to_wire(data[1])
+
+
+@pytest.fixture(scope="module")
 def reference(data):
     """What `fluidnpu run` computes for the test split: the same runtime on ModelDevice, default design."""
     from fluidnpu import digits_ee as D
@@ -130,8 +138,9 @@ def _post(srv: ServerProcess, path: str, body: bytes, headers: dict | None = Non
 
 # ---------------------------------------------------------------- predictions equal `fluidnpu run`'s
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
-def test_http_predictions_equal_run(server, data, reference, binary):
-    _, xte, yte = data
+def test_http_predictions_equal_run(server, data, wire, reference, binary):
+    _, _, yte = data
+    xte = wire
     pred, exits, logits = reference
     client = th.InferenceServerClient(server.http, concurrency=1)
     assert client.is_server_live() and client.is_model_ready(MODEL)
@@ -157,8 +166,8 @@ def test_http_predictions_equal_run(server, data, reference, binary):
     assert acc > 0.9
 
 
-def test_grpc_stream_predictions_equal_run(server, data, reference):
-    _, xte, _ = data
+def test_grpc_stream_predictions_equal_run(server, wire, reference):
+    xte = wire
     pred, exits, logits = reference
     n = len(xte)
     got: dict[int, tuple] = {}
@@ -190,8 +199,49 @@ def test_grpc_stream_predictions_equal_run(server, data, reference):
     np.testing.assert_array_equal(np.stack([got[k][2] for k in range(n)]), logits)
 
 
-def test_grpc_unary_infer(server, data, reference):
-    _, xte, _ = data
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "serving.md"
+
+
+def test_docs_example_accuracy_equals_run(server, data):
+    """docs/serving.md's tritonclient example, run as written (only its address is this server's): it
+    prints the accuracy that the runtime `fluidnpu run` serves through gives on the same raw images; the
+    docs state the contract the metadata states."""
+    import contextlib
+    import io
+    import re
+
+    from sklearn.datasets import load_digits
+
+    from fluidnpu import digits_ee as D
+    from fluidnpu.host_driver.driver import NpuDriver
+    from fluidnpu.host_driver.model_device import ModelDevice
+    from fluidnpu.host_driver.runtime import NetworkRuntime
+    from fluidnpu.serving.protocol import input_contract
+
+    text = DOCS.read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert '"127.0.0.1:8001"' in code
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code.replace('"127.0.0.1:8001"', repr(server.grpc)), str(DOCS), "exec"), {})
+    served = float(re.search(r"accuracy (\S+)", buf.getvalue()).group(1))
+    digits = load_digits()
+    n = int(re.search(r"range\(0, (\d+), 32\)", code).group(1))
+    x = (digits.images[:n].astype(np.float32) / np.float32(D.PIXEL_MAX))[..., None]
+    bundle = D.default_design(4)
+    with NpuDriver(ModelDevice(bundle), bundle) as drv:
+        states = NetworkRuntime(data[0], drv).infer(x)
+    run = float(np.mean(np.array([s.pred for s in states]) == digits.target[:n]))
+    print(f"docs example: served {served:.4f}, runtime {run:.4f} on {n} raw images")
+    assert abs(served - round(run, 4)) <= 0.005
+    contract = input_contract(MODEL, D.INPUT_HWC)
+    meta = th.InferenceServerClient(server.http).get_model_metadata(MODEL)["inputs"][0]
+    assert meta == contract.metadata() and meta["parameters"]["max"] == D.PIXEL_MAX
+    assert contract.describe() in " ".join(text.split())
+
+
+def test_grpc_unary_infer(server, wire, reference):
+    xte = wire
     client = tg.InferenceServerClient(server.grpc)
     inp = tg.InferInput("input", [5, 8, 8, 1], "FP32")
     inp.set_data_from_numpy(xte[:5])
@@ -202,8 +252,8 @@ def test_grpc_unary_infer(server, data, reference):
 
 
 # ---------------------------------------------------------------- bad requests: 400 / INVALID_ARGUMENT, server keeps serving
-def test_bad_requests_are_refused_and_server_keeps_serving(server, data):
-    _, xte, _ = data
+def test_bad_requests_are_refused_and_server_keeps_serving(server, wire):
+    xte = wire
     ok = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": xte[0].ravel().tolist()}]}
     infer = f"/v2/models/{MODEL}/infer"
     before = _metrics(server)["fluidnpu_admitted_total"]
@@ -242,8 +292,8 @@ def test_bad_requests_are_refused_and_server_keeps_serving(server, data):
 
 
 # ---------------------------------------------------------------- disconnects
-def test_client_disconnect_leaves_others_unaffected(server, data, reference):
-    _, xte, _ = data
+def test_client_disconnect_leaves_others_unaffected(server, wire, reference):
+    xte = wire
     m0 = _metrics(server)
     # HTTP: send a batch and hang up before the answer
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [64, 8, 8, 1],
@@ -300,8 +350,8 @@ def secured(tmp_path_factory):
     srv.stop()
 
 
-def test_token_auth_and_tls_http_and_grpc(secured, data):
-    _, xte, _ = data
+def test_token_auth_and_tls_http_and_grpc(secured, wire):
+    xte = wire
     body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1],
                                    "data": xte[0].ravel().tolist()}]}).encode()
     path = f"/v2/models/{MODEL}/infer"
@@ -328,7 +378,7 @@ def test_token_auth_and_tls_http_and_grpc(secured, data):
 
 
 # ---------------------------------------------------------------- overload, then SIGTERM drains
-def test_overload_rejects_explicitly_and_sigterm_drains(data):
+def test_overload_rejects_explicitly_and_sigterm_drains(wire):
     from fluidnpu.serving.edge import run_swarm
 
     srv = ServerProcess("--max-queue", "16", "--slo", "250", "--pace", "board")
@@ -353,7 +403,7 @@ def test_overload_rejects_explicitly_and_sigterm_drains(data):
 
         client = tg.InferenceServerClient(srv.grpc)
         client.start_stream(callback=callback)
-        xte = data[1]
+        xte = wire
         for k in range(60):
             inp = tg.InferInput("input", [1, 8, 8, 1], "FP32")
             inp.set_data_from_numpy(xte[k:k + 1])
@@ -554,11 +604,11 @@ def test_answers_reach_the_loop_in_one_hand_off_per_run(data):
 
 # ---------------------------------------------------------------- the RTL simulation behind the server
 @pytest.mark.heavy(120)
-def test_rtl_server_logits_bit_identical_to_model_device(data, reference, tmp_path):
+def test_rtl_server_logits_bit_identical_to_model_device(wire, reference, tmp_path):
     """`fluidnpu serve --device rtl`: the server runs inside the cocotb + Verilator simulation of the
     generated Verilog; a handful of images over HTTP and a gRPC stream, then SIGTERM drains it."""
     pytest.importorskip("cocotb")
-    _, xte, _ = data
+    xte = wire
     pred, exits, logits = reference
     pick = np.concatenate([np.flatnonzero(exits == e)[:2] for e in range(exits.max() + 1)])   # every exit
     hport, gport = _free_port(), _free_port()
@@ -614,7 +664,7 @@ def test_rtl_server_logits_bit_identical_to_model_device(data, reference, tmp_pa
         err_file.close()
 
 
-def test_edge_cli_json_report(server):
+def test_edge_cli_json_report(server, data, reference):
     for proto, url in (("http-json", server.http), ("grpc-stream", server.grpc)):
         r = subprocess.run([sys.executable, "-m", "fluidnpu.cli", "edge", "--url", url, "--protocol", proto,
                             "--pattern", "bursty", "--devices", "2", "--rate", "100", "--duration", "1", "--json"],
@@ -622,12 +672,20 @@ def test_edge_cli_json_report(server):
         assert r.returncode == 0, r.stderr[-2000:]
         rep = json.loads(r.stdout)
         assert rep["sent"] == rep["answered"] > 20 and rep["lost"] == rep["errors"] == rep["rejected"] == 0
-        assert rep["accuracy"] > 0.85 and sum(rep["exits"].values()) == rep["answered"]
+        # the accuracy is the runtime's on exactly the images the swarm sent (device d's k-th request:
+        # image (d * 7919 + k) mod n, fluidnpu/serving/edge.py _paced)
+        from fluidnpu.serving.edge import arrival_times
+
+        n = len(data[2])
+        idx = np.array([(d * 7919 + k) % n for d, ts in enumerate(arrival_times(2, 100, 1, "bursty", 0))
+                        for k in range(len(ts))])
+        assert rep["accuracy"] == pytest.approx(float(np.mean(reference[0][idx] == data[2][idx])), abs=1e-12)
+        assert sum(rep["exits"].values()) == rep["answered"]
         assert rep["latency_ms"]["p50"] > 0 and rep["overhead_ms"]["p50"] >= 0
 
 
 # ---------------------------------------------------------------- "flash with PYNQ, then stream" against the fake pynq
-def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch):
+def test_pynq_server_flashes_then_serves(wire, reference, tmp_path, monkeypatch):
     """`serve --device pynq --bitstream --design`: the .hwh is checked, the overlay downloaded, then the
     server answers tritonclient with ModelDevice's results (the suite's fake pynq over a ModelDevice)."""
     import importlib.util
@@ -671,7 +729,7 @@ def test_pynq_server_flashes_then_serves(data, reference, tmp_path, monkeypatch)
                 time.sleep(0.1)
         assert "exc" not in result, result.get("exc")
         assert pynq.calls["overlay"] == 1 and pynq.calls["download"] == 1
-        _, xte, _ = data
+        xte = wire
         inp = th.InferInput("input", [16, 8, 8, 1], "FP32")
         inp.set_data_from_numpy(xte[:16])
         r = client.infer(MODEL, [inp])

@@ -10,6 +10,12 @@ from typing import Any, Optional
 
 import click
 
+from fluidnpu.output import FloatRange
+
+# bounds that keep a huge or infinite number from reaching a timer, an array size or a thread count
+_MS = FloatRange(min=0, min_open=True, max=1e7)              # deadlines and SLOs: up to ~3 h
+_S = FloatRange(min=0, min_open=True, max=1e6)               # durations and timers: up to ~11 days
+_PORT = click.IntRange(0, 65535)
 
 @click.command("serve", short_help="Serve the NPU (or a fleet, --fleet) over KServe v2 to edge devices.")
 @click.option("--device", type=click.Choice(["model", "rtl", "pynq", "devmem"]), default="model", show_default=True,
@@ -19,26 +25,26 @@ import click
 @click.option("--bitstream", type=click.Path(dir_okay=False), default=None, help="npu.bit (--device pynq)")
 @click.option("--uio", default="/dev/uio0", show_default=True, help="the NPU's UIO device (--device devmem)")
 @click.option("--policy", "-p", default="fluidb", show_default=True, help="scheduling policy")
-@click.option("--slo", type=float, default=50.0, show_default=True, help="default per-request deadline (ms)")
-@click.option("--max-queue", type=int, default=64, show_default=True, help="samples admitted and not yet answered")
-@click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
-@click.option("--bmax", type=int, default=None, help="largest batch (default: the design's)")
+@click.option("--slo", type=_MS, default=50.0, show_default=True, help="default per-request deadline (ms)")
+@click.option("--max-queue", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="samples admitted and not yet answered")
+@click.option("--tau", type=FloatRange(0, 1, min_open=True), default=0.8, show_default=True, help="exit threshold on softmax top-1")
+@click.option("--bmax", type=click.IntRange(1, 4096), default=None, help="largest batch (default: the design's)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
-@click.option("--http-port", type=int, default=8000, show_default=True, help="HTTP port (0: any free port)")
-@click.option("--grpc-port", type=int, default=8001, show_default=True, help="gRPC port")
+@click.option("--http-port", type=_PORT, default=8000, show_default=True, help="HTTP port (0: any free port)")
+@click.option("--grpc-port", type=_PORT, default=8001, show_default=True, help="gRPC port (0: any free port)")
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token required")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), default=None, help="TLS certificate (PEM)")
 @click.option("--tls-key", type=click.Path(dir_okay=False), default=None, help="TLS key (PEM)")
 @click.option("--pace", type=click.Choice(["board"]), default=None,
               help="hold each run for the board's modelled time (ModelDevice on a PC)")
-@click.option("--stop-after", type=float, default=None,
+@click.option("--stop-after", type=_S, default=None,
               help="drain and exit after this many seconds (scripts; --device rtl, where SIGTERM cannot reach it)")
 @click.option("--fleet", "fleet_path", type=click.Path(dir_okay=False), default=None,
               help="serve a fleet (with --sessions): the `fluidnpu plan` fleet file; needs the 'fleet' extra")
 @click.option("--sessions", "sessions_path", type=click.Path(dir_okay=False), default=None,
               help="with --fleet: the sessions file (model, rate, SLO) the fleet is planned for")
 @click.option("--address", default=None, help="with --fleet: join this Ray cluster instead of starting a local one")
-@click.option("--epoch", "epoch_s", type=float, default=None,
+@click.option("--epoch", "epoch_s", type=FloatRange(0, 1e6), default=None,
               help="with --fleet: re-plan every this many seconds on the measured rates (default 5; 0: only "
                    "when a device dies)")
 @click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
@@ -99,31 +105,41 @@ def serve_cmd(ctx: click.Context, device: str, model: str, design: Optional[str]
 
 def _drained(head: str, c: dict[str, int], counts: tuple[str, ...]) -> str:
     """The line a server prints when it has drained: its counters, the refusals by reason."""
-    return (f"{head}: " + ", ".join(f"{k} {c.get(k, 0)}" for k in counts) + ", rejected "
-            + ", ".join(f"{k[9:]} {v}" for k, v in c.items() if k.startswith("rejected_")))
+    return f"{head}: " + ", ".join(f"{k} {c.get(k, 0)}" for k in counts) + ", " + _rejected(
+        {k[len("rejected_"):]: v for k, v in c.items() if k.startswith("rejected_")})
+
+
+def _rejected(by_reason: dict[str, int]) -> str:
+    """'rejected 0', or 'rejected 7 (queue full 5, deadline 2)': refusals in plain words."""
+    n = sum(by_reason.values())
+    why = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(by_reason.items()) if v)
+    return f"rejected {n}" + (f" ({why})" if why else "")
 
 
 @click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
 @click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
 @click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
               show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
-@click.option("--devices", type=int, default=4, show_default=True, help="edge devices (one client each)")
-@click.option("--rate", type=float, default=200.0, show_default=True, help="total mean requests/s")
+@click.option("--devices", type=click.IntRange(1, 1024), default=4, show_default=True, help="edge devices (one client each)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True, max=1e6), default=200.0, show_default=True, help="total mean requests/s")
 @click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
-@click.option("--duration", type=float, default=5.0, show_default=True, help="seconds of sending")
+@click.option("--duration", type=_S, default=5.0, show_default=True, help="seconds of sending")
 @click.option("--model", "-m", default="digits-ee", show_default=True)
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None, help="bearer token to send")
-@click.option("--deadline", type=float, default=None, help="per-request deadline (ms) sent to the server")
-@click.option("--slo", type=float, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
+@click.option("--deadline", type=_MS, default=None, help="per-request deadline (ms) sent to the server")
+@click.option("--slo", type=_MS, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
 def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, pattern: str, duration: float,
              model: str, token_file: Optional[str], deadline: Optional[float], slo: float, seed: int,
              as_json: bool) -> None:
-    """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back."""
-    from fluidnpu.output import emit_json, out
+    """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back.
+
+    Exits 1 when it did not do its job: a request failed (no server, a wrong token, a broken stream) or got
+    no answer, or none was answered; requests the server refused with a reason (overload) are answers."""
+    from fluidnpu.output import emit_json, err, out
     from fluidnpu.errors import FluidError
-    from fluidnpu.serving.edge import run_swarm
+    from fluidnpu.serving.edge import failure, run_swarm
 
     from fluidnpu.serving.server import read_token
 
@@ -136,20 +152,37 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
         raise FluidError(f"`fluidnpu edge` needs {exc.name}: pip install 'fluidnpu[serve]'") from None
     if as_json:
         emit_json(rep)
-        return
-    lat = rep["latency_ms"]
-    out.print(f"{rep['devices']} edge devices, {rep['protocol']}, {rep['pattern']} {rep['rate']:g} req/s for "
-              f"{rep['duration_s']:g} s")
-    out.print(f"sent {rep['sent']}, answered {rep['answered']} ({rep['answered_per_s']:.1f}/s), rejected "
-              f"{rep['rejected']} {rep['rejected_by_reason']}, errors {rep['errors']}, lost {rep['lost']}")
+    else:
+        _print_swarm(out, rep)
+    why = failure(rep)
+    if why:
+        err.print(f"[bold red]edge failed:[/] {why}", highlight=False, soft_wrap=True)
+        # SystemExit, not click's Exit: with standalone_mode=False click returns Exit's code, and main drops it
+        raise SystemExit(1)
+
+
+def _print_swarm(console: Any, rep: dict[str, Any]) -> None:
+    """The swarm's report in words and one small table (fits 80 columns)."""
+    from rich.table import Table
+
+    console.print(f"{rep['devices']} edge devices, {rep['protocol']}, {rep['pattern']} {rep['rate']:g} req/s "
+                  f"for {rep['duration_s']:g} s", highlight=False)
+    console.print(f"sent {rep['sent']}: answered {rep['answered']} ({rep['answered_per_s']:.1f}/s), "
+                  f"{_rejected(rep['rejected_by_reason'])}, errors {rep['errors']}, lost {rep['lost']}",
+                  highlight=False)
     if rep["answered"]:
-        sl = rep["server_latency_ms"]
-        out.print(f"latency p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms, max {lat['max']:.2f} ms (in the server: "
-                  f"p50 {sl['p50']:.2f} ms, p99 {sl['p99']:.2f} ms); SLO "
-                  f"{rep['slo_ms']:g} ms violated {rep['slo_violations']} times; accuracy "
-                  f"{100 * rep['accuracy']:.2f} %; exits {rep['exits']}")
+        t = Table("latency (ms)", "p50", "p99", "max", box=None, pad_edge=False)
+        for what, key in (("client (send to answer)", "latency_ms"), ("server (whole handling)", "server_latency_ms"),
+                          ("queue to exit", "queue_to_exit_ms"), ("server overhead", "overhead_ms")):
+            v = rep[key]
+            t.add_row(what, *(f"{v[k]:.2f}" if v.get(k) is not None else "" for k in ("p50", "p99", "max")))
+        console.print(t)
+        exits = ", ".join(f"exit {k} {v}" for k, v in rep["exits"].items())
+        console.print(f"accuracy {100 * rep['accuracy']:.2f} %; SLO {rep['slo_ms']:g} ms missed by "
+                      f"{rep['slo_violations']} answers", highlight=False)
+        console.print(f"samples by exit: {exits}", highlight=False)
     for m in rep["error_messages"]:
-        out.print(f"  error: {m}")
+        console.print(f"  error: {m}", highlight=False, soft_wrap=False, overflow="ellipsis")
 
 
 commands: list[Any] = [serve_cmd, edge_cmd]

@@ -444,7 +444,12 @@ def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: Optiona
     if not 1 <= http_port <= 65535:
         raise FluidError(f"--http-port must be in 1..65535 with --fleet (Ray Serve binds a fixed port), got {http_port}")
     check_tau(tau)
+    from fluidnpu.serving.server import check_addresses
+
+    check_addresses(host, {"--http-port": http_port})      # before Ray's start-up, not in Serve's log
     cfg = prepare(fleet_path, sessions_path, epoch_s, seed, tau)
+    # a signal during Ray's start-up ends in KeyboardInterrupt (fluidnpu.cli): the finally below still
+    # shuts Serve and the local Ray down, so no raylet or worker outlives the command
     own = start_ray(cfg.kinds, address)
     try:
         serve.start(http_options={"host": host, "port": http_port})

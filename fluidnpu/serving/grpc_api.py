@@ -82,9 +82,11 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
         except NotFound as exc:
             await context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         m = self.model.metadata()
-        T = pb.ModelMetadataResponse.TensorMetadata
+        def T(t: dict) -> Any:                   # gRPC's TensorMetadata has no parameters (the input's scale)
+            return pb.ModelMetadataResponse.TensorMetadata(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+
         return pb.ModelMetadataResponse(name=m["name"], versions=m["versions"], platform=m["platform"],
-                                        inputs=[T(**t) for t in m["inputs"]], outputs=[T(**t) for t in m["outputs"]])
+                                        inputs=[T(t) for t in m["inputs"]], outputs=[T(t) for t in m["outputs"]])
 
     # ---- inference ----------------------------------------------------------------------------
     def _admit(self, request: Any, notify: Callable[[Ticket], None]) -> Ticket:
@@ -205,18 +207,22 @@ class InferenceService(pbg.GRPCInferenceServiceServicer):
                 ticket.cancel()
 
 
-async def start_grpc(server: Any, host: str, port: int) -> Any:
-    """A started grpc.aio server on host:port (TLS when the server has cert and key)."""
+async def start_grpc(server: Any, host: str, port: int) -> tuple[Any, int]:
+    """A started grpc.aio server on host:port (TLS when the server has cert and key), and the port it bound
+    (port 0: any free one)."""
     srv = grpc.aio.server(options=[("grpc.max_receive_message_length", 4 << 20)])
     pbg.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), srv)
     addr = f"{host}:{port}"
-    if server.tls:
-        cert, key = server.tls
-        creds = grpc.ssl_server_credentials([(open(key, "rb").read(), open(cert, "rb").read())])
-        bound = srv.add_secure_port(addr, creds)
-    else:
-        bound = srv.add_insecure_port(addr)
+    try:
+        if server.tls:
+            cert, key = server.tls
+            creds = grpc.ssl_server_credentials([(open(key, "rb").read(), open(cert, "rb").read())])
+            bound = srv.add_secure_port(addr, creds)
+        else:
+            bound = srv.add_insecure_port(addr)
+    except RuntimeError:                   # grpcio >= 1.50 raises where older ones returned 0
+        bound = 0
     if not bound:
-        raise FluidError(f"cannot bind gRPC on {addr}")
+        raise FluidError(f"cannot bind gRPC on {addr} (the port in use, or not an address of this machine)")
     await srv.start()
-    return srv
+    return srv, int(bound)

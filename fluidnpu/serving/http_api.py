@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,6 +35,13 @@ _DT = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
 
 def error_response(status: int, msg: str) -> JSONResponse:
     return JSONResponse({"error": msg}, status_code=status)
+
+
+async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own refusals (no such route, a method the route does not take) in the protocol's form."""
+    code = getattr(exc, "status_code", 400)
+    return error_response(code, f"{getattr(exc, 'detail', 'bad request')}: {request.method} {request.url.path}"
+                                + (" (see GET /v2 and docs/serving.md for the routes)" if code == 404 else ""))
 
 
 def _rejected(exc: Rejected) -> JSONResponse:
@@ -112,7 +120,8 @@ def build_app(server: Any) -> Starlette:
         return encode_response(model, req.get("id"), arrays, outs, want_binary, params)
 
     app = Starlette(routes=v2_routes(server_meta, live, ready, model_meta, model_ready, infer,
-                                     [Route("/metrics", metrics)]))
+                                     [Route("/metrics", metrics)]),
+                    exception_handlers={HTTPException: http_error})
     if server.token:
         app.add_middleware(_TokenAuth, token=server.token)
     return app

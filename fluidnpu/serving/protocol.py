@@ -1,15 +1,20 @@
 """The Open Inference (KServe v2) model of `fluidnpu serve`, independent of the transport.
 
-The input is what an edge device sends: raw images as float32 in the data
-set's own shape and scale (digits-ee: 8x8x1 pixel values 0-16), a batch of
-N >= 1 per request, quantised in the server. Outputs per sample: `class`
-(INT32), `exit` (INT32, which exit answered), `logits` (FP32, the exit head's).
-Both transports call `check_input` and `outputs`; every malformed request is a
-`BadRequest` with a one-line message (HTTP 400, gRPC INVALID_ARGUMENT).
+The input is what an edge device sends, as one `InputContract` states it:
+raw images as float32 in the data set's own shape and scale (digits-ee: 8x8x1
+pixel values 0-16, `digits_ee.PIXEL_MAX`), a batch of N >= 1 per request;
+the server scales them to what the network was trained on (values / 16, as
+`digits_ee.load_dataset` does) and quantises them. The model metadata, the
+server's decoding, `fluidnpu edge` and docs/serving.md's example all come from
+that one contract. Outputs per sample: `class` (INT32), `exit` (INT32, which
+exit answered), `logits` (FP32, the exit head's). Both transports call
+`check_input` and `outputs`; every malformed request is a `BadRequest` with a
+one-line message (HTTP 400, gRPC INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -27,6 +32,73 @@ class BadRequest(ValueError):
     """A request the server cannot run (400 / INVALID_ARGUMENT); the server keeps serving."""
 
 
+@dataclass(frozen=True)
+class InputContract:
+    """The served model's one input as a client sends it: name, datatype, per-sample HWC shape, and the
+    scale of its values. `pixel_max`: the wire carries raw values in [0, pixel_max] and the network sees
+    them divided by it; None: the network's own values, any finite number (models with no weights)."""
+
+    hwc: tuple[int, ...]
+    pixel_max: Optional[float] = None
+    name: str = INPUT
+    datatype: str = "FP32"           # little-endian float32 on the wire (the binary extension, gRPC raw)
+
+    def describe(self) -> str:
+        """One line for the metadata and the docs."""
+        if self.pixel_max is None:
+            return "the network's own input values"
+        return f"raw pixel values 0-{self.pixel_max:g}, scaled to [0, 1] in the server"
+
+    def metadata(self) -> dict[str, Any]:
+        """The KServe v2 tensor metadata; its `parameters` state the scale (HTTP only: gRPC's
+        TensorMetadata has no field for it)."""
+        meta: dict[str, Any] = {"name": self.name, "datatype": self.datatype, "shape": [-1, *self.hwc]}
+        params: dict[str, Any] = {"description": self.describe()}
+        if self.pixel_max is not None:
+            params.update(min=0.0, max=float(self.pixel_max))
+        meta["parameters"] = params
+        return meta
+
+    def to_wire(self, x: np.ndarray) -> np.ndarray:
+        """What a client sends for network-scale inputs `x` (the test split `load_dataset` gives)."""
+        x = np.asarray(x, dtype=np.float32)
+        return np.ascontiguousarray(x if self.pixel_max is None else x * np.float32(self.pixel_max))
+
+    def to_network(self, arr: np.ndarray) -> np.ndarray:
+        """The network-scale batch of a checked wire batch, or BadRequest if a value is outside the range."""
+        if self.pixel_max is None:
+            return arr
+        lo, hi = float(arr.min()), float(arr.max())
+        if lo < 0 or hi > self.pixel_max:
+            raise BadRequest(f"input {self.name!r} holds values in [{lo:g}, {hi:g}]; the model takes "
+                             f"{self.describe()}")
+        return arr / np.float32(self.pixel_max)
+
+
+def check_runtime_model(model: str, command: str) -> str:
+    """The runtime model `model` names (one it has weights for), or a one-line FluidError naming `command`."""
+    from fluidnpu.errors import FluidError
+    from fluidnpu.host_driver.serving import MODELS
+
+    key = model.lower().replace("_", "-")
+    if key not in MODELS:
+        verb = "sends the test split of" if command == "edge" else "serves"
+        raise FluidError(f"unknown model {model!r}; `fluidnpu {command}` {verb} {', '.join(MODELS)} (the models "
+                         f"with weights; a fleet serves zoo models too: serve --fleet, --sessions)")
+    return key
+
+
+def input_contract(model: str, hwc: Sequence[int]) -> InputContract:
+    """The input contract of a served model: digits-ee takes the data set's raw pixels; a model the server
+    has no data set for takes the network's values."""
+    from fluidnpu import digits_ee as D
+
+    hwc = tuple(int(v) for v in hwc)
+    if model == D.NAME:
+        return InputContract(hwc, D.PIXEL_MAX)
+    return InputContract(hwc)
+
+
 class ServedModel:
     """Name, version, input shape and metadata of the model the server runs.
 
@@ -38,6 +110,7 @@ class ServedModel:
         self.name = name
         self.version = "1"
         self.input_hwc = tuple(int(v) for v in input_hwc)
+        self.contract = input_contract(name, self.input_hwc)
         self.n_classes = int(n_classes)
         self.n_exits = int(n_exits)
         self.emulated = emulated
@@ -48,7 +121,7 @@ class ServedModel:
                 "exit": {"name": "exit", "datatype": "INT32", "shape": [-1]},
                 "logits": {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}}
         meta = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
-                "inputs": [{"name": INPUT, "datatype": "FP32", "shape": [-1, *self.input_hwc]}],
+                "inputs": [self.contract.metadata()],
                 "outputs": [outs[n] for n in self.outputs]}
         if self.emulated:
             meta["parameters"] = {"emulated": True}
@@ -61,34 +134,35 @@ class ServedModel:
             raise NotFound(f"unknown version {version!r} of {self.name!r}; served: {self.version}")
 
     def check_input(self, name: str, datatype: str, shape: Sequence[int], data: Any) -> np.ndarray:
-        """The (N, H, W, C) float32 batch of one input tensor, or BadRequest."""
-        if name != INPUT:
-            raise BadRequest(f"unknown input {name!r}; the model's input is {INPUT!r}")
-        if datatype != "FP32":
-            raise BadRequest(f"input {INPUT!r} must be FP32, got {datatype}")
+        """The (N, H, W, C) float32 batch of one input tensor at the network's scale, or BadRequest."""
+        c = self.contract
+        if name != c.name:
+            raise BadRequest(f"unknown input {name!r}; the model's input is {c.name!r}")
+        if datatype != c.datatype:
+            raise BadRequest(f"input {c.name!r} must be {c.datatype}, got {datatype}")
         shape = [int(v) for v in shape]
-        if len(shape) != 1 + len(self.input_hwc) or tuple(shape[1:]) != self.input_hwc or shape[0] < 1:
-            raise BadRequest(f"input shape must be [N, {', '.join(map(str, self.input_hwc))}] with N >= 1, "
+        if len(shape) != 1 + len(c.hwc) or tuple(shape[1:]) != c.hwc or shape[0] < 1:
+            raise BadRequest(f"input shape must be [N, {', '.join(map(str, c.hwc))}] with N >= 1, "
                              f"got {shape}")
         if shape[0] > MAX_SAMPLES_PER_REQUEST:
             raise BadRequest(f"at most {MAX_SAMPLES_PER_REQUEST} samples per request, got {shape[0]}")
         if isinstance(data, (bytes, bytearray, memoryview)):
             if len(data) != int(np.prod(shape)) * 4:
-                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape)) * 4} bytes, "
+                raise BadRequest(f"input {c.name!r} of shape {shape} needs {int(np.prod(shape)) * 4} bytes, "
                                  f"got {len(data)}")
             arr = np.frombuffer(data, dtype="<f4")
         else:
             try:
                 arr = np.asarray(data, dtype=np.float32).reshape(-1)
             except (TypeError, ValueError) as exc:
-                raise BadRequest(f"input {INPUT!r} data is not a list of numbers: {exc}") from None
+                raise BadRequest(f"input {c.name!r} data is not a list of numbers: {exc}") from None
             if arr.size != int(np.prod(shape)):
-                raise BadRequest(f"input {INPUT!r} of shape {shape} needs {int(np.prod(shape))} values, "
+                raise BadRequest(f"input {c.name!r} of shape {shape} needs {int(np.prod(shape))} values, "
                                  f"got {arr.size}")
         arr = arr.reshape(shape)
         if not np.isfinite(arr).all():
-            raise BadRequest(f"input {INPUT!r} holds NaN or Inf")
-        return arr
+            raise BadRequest(f"input {c.name!r} holds NaN or Inf")
+        return self.contract.to_network(arr)
 
     def check_outputs(self, names: Sequence[str]) -> list[str]:
         for n in names:

@@ -57,6 +57,41 @@ def read_token(token_file: Optional[str]) -> Optional[str]:
     return token
 
 
+def check_addresses(host: str, ports: dict[str, int]) -> None:
+    """One-line FluidErrors, before minutes of start-up, for what would stop the transports binding: an
+    unresolvable or foreign --host, two options on one port, a port in use or one that needs privileges.
+    `ports`: option name -> port (0: any free port, not checked)."""
+    import errno
+    import socket
+
+    fixed = {o: p for o, p in ports.items() if p}
+    same = [o for o, p in fixed.items() if list(fixed.values()).count(p) > 1]
+    if same:
+        raise FluidError(f"{' and '.join(same)} are the same port ({fixed[same[0]]}): give each its own")
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise FluidError(f"--host {host!r} is not an address or a name this machine can resolve "
+                         f"({getattr(exc, 'strerror', None) or exc})") from None
+    family, addr = infos[0][0], infos[0][4][0]
+    for option, port in {**fixed, "--host": 0}.items():
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as uvicorn and grpc bind
+            try:
+                sock.bind((addr, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise FluidError(f"{option} {port}: the port is in use on {host} (another server?); "
+                                     f"pick a free one (0: any)") from None
+                if exc.errno == errno.EACCES:
+                    raise FluidError(f"{option} {port}: ports below 1024 need privileges; pick one above "
+                                     f"1023") from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise FluidError(f"--host {host}: not an address of this machine (127.0.0.1: this machine "
+                                     f"only; 0.0.0.0: every interface)") from None
+                raise FluidError(f"cannot bind {host}:{port} ({option}): {exc.strerror or exc}") from None
+
+
 def _paced_table(table: Any, bundle: Any, bmax: int) -> Any:
     from fluidnpu.scheduler_fw.latency import LatencyTable
 
@@ -127,13 +162,23 @@ async def _transports(server: Server, cfg: dict[str, Any], started: threading.Ev
     http_task = asyncio.ensure_future(http.serve())
     while not http.started:
         if http_task.done():
-            http_task.result()
-            raise FluidError(f"cannot serve HTTP on {cfg['host']}:{cfg['http_port']}")
+            try:
+                http_task.result()
+            except (SystemExit, OSError):   # uvicorn exits(3) when it cannot bind; it logged why
+                pass
+            raise FluidError(f"cannot serve HTTP on {cfg['host']}:{cfg['http_port']} (in use, or not an "
+                             f"address of this machine)")
         await asyncio.sleep(0.01)
-    grpc_srv = await start_grpc(server, cfg["host"], cfg["grpc_port"])
+    try:
+        grpc_srv, grpc_port = await start_grpc(server, cfg["host"], cfg["grpc_port"])
+    except BaseException:
+        http.should_exit = True
+        await http_task
+        raise
     stop.append(asyncio.Event())
     stop.append(asyncio.get_running_loop())
     stop.append(http.servers[0].sockets[0].getsockname()[1])
+    stop.append(grpc_port)
     started.set()
     await stop[0].wait()
     await asyncio.sleep(0.05)                  # let the last answers be written
@@ -180,23 +225,38 @@ def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[s
     started.wait()
     if failed:
         raise failed[0]
+    previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
+            # SIGINT and SIGTERM both drain (replacing the CLI's SIGTERM -> KeyboardInterrupt while serving);
             # never drain inside the handler: it may interrupt the loop while it holds the engine's lock
-            signal.signal(sig, lambda *_: threading.Thread(target=engine.begin_drain, daemon=True).start())
+            previous[sig] = signal.signal(
+                sig, lambda *_: threading.Thread(target=engine.begin_drain, daemon=True).start())
+    timer = None
     if cfg.get("stop_after_s"):
-        threading.Timer(cfg["stop_after_s"], engine.begin_drain).start()
+        timer = threading.Timer(cfg["stop_after_s"], engine.begin_drain)
+        timer.daemon = True
+        timer.start()
     if cfg.get("stop_file"):                            # inside the RTL simulation: the parent's SIGTERM
         threading.Thread(target=_watch_stop_file, args=(cfg["stop_file"], engine), daemon=True).start()
-    print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": cfg["grpc_port"],
+    print(json.dumps({"serving": model.name, "host": cfg["host"], "http_port": stop[2], "grpc_port": stop[3],
                       "device": cfg["device"], "policy": cfg["policy"], "bmax": engine.runtime.bmax,
                       "slo_ms": cfg["slo_s"] * 1e3}), flush=True)
-    engine.run()                                        # until drained
-    t0 = time.monotonic()
-    stop[1].call_soon_threadsafe(stop[0].set)
-    th.join(30)
-    counters = engine.check_counters()
-    engine.runtime.release()
+    try:
+        engine.run()                                    # until drained
+        if timer is not None:                           # drained by a signal: exit now, not at the timer
+            timer.cancel()
+        t0 = time.monotonic()
+        stop[1].call_soon_threadsafe(stop[0].set)
+        th.join(30)
+        counters = engine.check_counters()
+        engine.runtime.release()
+    finally:
+        # a second signal while the transports close only asks for the drain again
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if timer is not None:
+            timer.cancel()
     return {"drained_s": time.monotonic() - t0, "counters": counters,
             "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
 
@@ -213,6 +273,9 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
     from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
 
+    from fluidnpu.serving.protocol import check_runtime_model
+
+    check_runtime_model(model, "serve")
     policy = policy_spec(policy).name
     check_positive(slo_ms, "--slo (ms)")
     if stop_after_s is not None:
@@ -221,6 +284,7 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
     for port, what in ((http_port, "--http-port"), (grpc_port, "--grpc-port")):
         if not 0 <= port <= 65535:
             raise FluidError(f"{what} must be in 0..65535, got {port}")
+    check_addresses(host, {"--http-port": http_port, "--grpc-port": grpc_port})
     token = read_token(token_file)
     if bool(tls_cert) != bool(tls_key):
         raise FluidError("--tls-cert and --tls-key go together")
