@@ -393,7 +393,10 @@ def main(argv: list[str] | None = None) -> None:
     end any command in one line with exit code 130, its workers stopped and no partial file left."""
     try:
         with _signals_stop_the_command():
-            cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
+            # without standalone mode click returns, not raises, a command's `ctx.exit(code)`
+            code = cli.main(args=argv, prog_name="fluidnpu", standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except FluidError as exc:
         # escaped: a message quoting a list ("got [nan, 0.5]") is not rich markup
         err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

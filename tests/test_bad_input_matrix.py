@@ -106,16 +106,6 @@ EXTRA_CASES: list[tuple[str, list[str]]] = [
     ("plan", ["--sessions", "{sessions_nan}"]),
     ("plan", ["--fleet", "{fleet_bad_kind}"]), ("plan", ["--fleet", "{fleet_bad_count}"]),
 ]
-# Cases that fail before fluidnpu/serving/'s part of issue 47 is in (NaN/inf numbers, a garbage URL, a
-# bitstream that is not there, busy or equal ports, unresolvable hosts): marked so that they are run and
-# reported, not silently dropped; the mark goes once that part is merged (an XPASS line says so).
-SERVING_PENDING = {
-    *(f"edge --{o} {v}" for o in ("rate", "duration", "deadline", "slo") for v in ("nan", "inf")),
-    "edge --url garbage", "edge (a closed port)",
-    *(f"serve --bitstream {k}" for k in ("missing", "empty", "loop")),
-    "serve --host nosuch.invalid", "serve --host 256.0.0.1", "serve --http-port busy", "serve --grpc-port busy",
-    "serve --http-port free1 --grpc-port free1",
-}
 
 
 @dataclass(frozen=True)
@@ -276,11 +266,7 @@ def _tree(d: Path) -> set[str]:
     return {str(p.relative_to(d)) for p in d.rglob("*")} if d.exists() else set()
 
 
-def _pending(short: str) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.xfail(reason="fluidnpu/serving/'s part of issue 47")] if short in SERVING_PENDING else []
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.short, marks=_pending(c.short)) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.short) for c in CASES])
 def test_bad_input_is_one_line_and_exit_2(case, env, tmp_path, monkeypatch, capsys):
     d, files = env
     monkeypatch.chdir(tmp_path)
@@ -300,8 +286,7 @@ def test_the_matrix_covers_every_command_and_many_cases():
     assert len(CASES) > 250, len(CASES)
 
 
-@pytest.mark.parametrize("short", [pytest.param("edge (a closed port)", marks=_pending("edge (a closed port)"))])
-def test_a_client_that_did_nothing_exits_non_zero(short, env, tmp_path, monkeypatch, capsys):
+def test_a_client_that_did_nothing_exits_non_zero(env, tmp_path, monkeypatch, capsys):
     """`edge` against a port nothing listens on answers no request: that is a failure, not exit 0."""
     d, files = env
     monkeypatch.chdir(tmp_path)

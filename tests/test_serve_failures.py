@@ -168,21 +168,21 @@ def test_edge_token_file_works_on_every_protocol(srv, protocol):
 
 
 def test_edge_exits_1_when_it_could_not_do_its_job(srv, capfd):
-    """No token, a closed port, a URL that is no address: every request an error in words, the rule of
+    """No token, a closed port, a host that does not resolve: every request an error in words, the rule of
     `serving.edge.failure` says why, no thread traceback; the command exits 1 (one subprocess, the rest in
-    process: the same run_swarm and failure)."""
+    process: the same run_swarm and failure; `--url` without a port is bad input, exit 2, in the matrix)."""
     from fluidnpu.serving.edge import failure, run_swarm
 
     closed = f"127.0.0.1:{_free_port()}"
     for protocol, url, token in (("grpc-stream", srv.grpc, None), ("http", srv.http, None),
                                  ("http-json", srv.http, "wrong"), ("grpc-stream", closed, TOKEN),
-                                 ("http-json", closed, TOKEN), ("http", "garbage", TOKEN)):
+                                 ("http-json", closed, TOKEN), ("http", "nosuch.invalid:8000", TOKEN)):
         t0 = time.monotonic()
         rep = run_swarm(url, protocol=protocol, devices=2, rate=40, duration_s=0.5, token=token)
         assert rep["answered"] == 0 and rep["errors"] + rep["lost"] == rep["sent"] > 0, (protocol, url, rep)
         assert failure(rep) and time.monotonic() - t0 < 10, (protocol, url)     # a dead stream is not waited for
     assert "Traceback" not in capfd.readouterr().err
-    r = _edge(srv, "grpc-stream", url="garbage")
+    r = _edge(srv, "grpc-stream", url=closed)
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith("edge failed: ")
     assert json.loads(r.stdout)["errors"] > 0

@@ -116,8 +116,18 @@ def _rejected(by_reason: dict[str, int]) -> str:
     return f"rejected {n}" + (f" ({why})" if why else "")
 
 
+def _host_port(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    """--url as HOST:PORT: a value without a port can only fail every request, so it is bad input."""
+    if value is None:
+        return None
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter(f"must be HOST:PORT with a port in 1..65535, got {value!r}")
+    return value
+
+
 @click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
-@click.option("--url", default=None, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
+@click.option("--url", default=None, callback=_host_port, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
 @click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
               show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
 @click.option("--devices", type=click.IntRange(1, 1024), default=4, show_default=True, help="edge devices (one client each)")
@@ -157,7 +167,6 @@ def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, patte
     why = failure(rep)
     if why:
         err.print(f"[bold red]edge failed:[/] {why}", highlight=False, soft_wrap=True)
-        # SystemExit, not click's Exit: with standalone_mode=False click returns Exit's code, and main drops it
         raise SystemExit(1)
 
 

@@ -293,6 +293,8 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
         raise FluidError(f"--device {device} needs --design (the bundle the bitstream was built from)")
     if device == "pynq" and not bitstream:
         raise FluidError("--device pynq needs --bitstream npu.bit (its .hwh beside it)")
+    if bitstream and device != "pynq":
+        raise FluidError(f"--bitstream is flashed by --device pynq only, not --device {device}")
     _, qnet, xte, _ = load_network(model)
     if design:
         from fluidnpu.scheduler_fw.latency import load_design
