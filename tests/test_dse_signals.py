@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 
-# a search large enough to run for many seconds, its spaces forced into the fork pool
+# a search large enough to run for many seconds, its spaces forced into the fork pool, behind the progress
+# bar `fluidnpu dse` and `fluidnpu flow` show (which must not swallow or delay the interrupt)
 CHILD = textwrap.dedent("""
     import sys
     from fluidnpu.boards import load_board
+    from fluidnpu.design import explore_with_progress
     from fluidnpu.dse import search
     from fluidnpu.zoo import zoo_model
 
     search.PARALLEL_DESIGNS = 0
     try:
-        search.explore(zoo_model("resnet50"), load_board("zc706"), search.DSEOptions(bmax=8))
+        explore_with_progress(zoo_model("resnet50"), load_board("zc706"), search.DSEOptions(bmax=8))
     except KeyboardInterrupt:
         print("interrupted", flush=True)
         sys.exit(130)
