@@ -1374,9 +1374,47 @@ def layer_cycles_low(setup: LayerSetup, lo: ArrayLike, hi: ArrayLike, at_hi: Lay
     rb_lo = row_blocks(free, lo)
     rb_hi = row_blocks(free, hi)
     skew = setup.mode.costs.port_skew_floor(rb_lo.t0_first, rb_hi.t0_first, setup.first, setup.first.groups)
-    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), _prologue(free, rb_lo, skew),
-                     np.minimum(_drain(free, rb_lo), free_hi.drain), _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
+    drain_lo = _drain(free, rb_lo)
+    prologue = _prologue(free, rb_lo, skew)
+    drain = np.minimum(drain_lo, free_hi.drain)
+    # passes of one kind (one pass, or every pass with the same groups and rows): the first block and the
+    # last come from the same balanced split (`_edges_floor`)
+    alike = (setup.npass == 1) | ((setup.h == setup.g) & (setup.rows_last == setup.rows_full))
+    if np.any(alike) and np.any(np.asarray(lo) < np.asarray(hi)):
+        # the prologue and the drain move against each other (a long first step, a long last step the drain
+        # takes back): priced apart at the range's two ends their sum can be far below its least value
+        joint = alike & (np.asarray(lo) < np.asarray(hi))
+        floor = _edges_floor(free, rb_lo, rb_hi, drain_lo, free_hi.drain, skew)
+        prologue = np.where(joint, np.maximum(prologue, floor - drain), prologue)
+    low = LayerParts(free_hi.exists, free_hi.body, _regroup(free, rb_lo), prologue, drain,
+                     _plan(free, rb_lo.TR, rb_hi), free_hi.desc)
     return low.cycles(free)
+
+
+def _edges_floor(setup: LayerSetup, rb_lo: RowBlocks, rb_hi: RowBlocks, drain_lo: np.ndarray, drain_hi: np.ndarray,
+                 skew: ArrayLike) -> np.ndarray:
+    """A lower bound on prologue + drain at every TR in [lo, hi] of a layer whose passes are all of one kind (one
+    pass, or the same groups and rows in each; docs/interpretations.md, "The edges together"). Every pass then
+    splits its rows alike: the first block holds t0 = ceil(rows/n) rows and the last s = floor(rows/n), so
+    t0 >= s; the prologue is at least p(t0) >= p(s), p(t) = `LayerCosts.prologue` + the skew's floor, convex
+    and non-decreasing in t (a max of affine terms); the drain is D(s), concave. For an integer a, the secant of p
+    through a and a + 1 lies below p at every integer, so secant + D is concave in s and, s running from s_lo to
+    s_hi on the range, at least its smaller value at those two ends. Secants at s_lo and at s_hi - 1: the
+    larger of the two floors."""
+    costs, tile, groups = setup.mode.costs, setup.first, setup.first.groups
+    s_lo, s_hi = rb_lo.last[1], rb_hi.last[1]
+
+    def p(t: ArrayLike) -> np.ndarray:
+        return costs.prologue(t, tile, groups) + skew
+
+    floor = None
+    for a in (s_lo, np.maximum(s_hi - 1, s_lo)):
+        at_a = p(a)
+        slope = p(a + 1) - at_a
+        ends = np.minimum(at_a + slope * (s_lo - a) + drain_lo, at_a + slope * (s_hi - a) + drain_hi)
+        floor = ends if floor is None else np.maximum(floor, ends)
+    assert floor is not None
+    return floor
 
 
 def layer_cycles(

@@ -19,9 +19,10 @@ the layers' times add up.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -773,12 +774,68 @@ def _fork_pool(workers: int):
         return None
     from concurrent.futures import ProcessPoolExecutor
 
-    return ProcessPoolExecutor(min(workers, cores), mp_context=multiprocessing.get_context("fork"))
+    return ProcessPoolExecutor(min(workers, cores), mp_context=multiprocessing.get_context("fork"),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+
+
+def _worker_init(parent: int) -> None:
+    """A forked worker leaves interrupts to its parent, which kills the pool (`_kill_pool`): a worker that
+    caught Ctrl-C itself would hand the KeyboardInterrupt back as its space's outcome and take the next
+    space. And it dies with its parent (a parent killed outright cannot kill the pool)."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(os, "sched_getaffinity"):   # Linux: prctl(PR_SET_PDEATHSIG, SIGKILL)
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:   # the parent died before the prctl took
+        os._exit(1)
+
+
+def _kill_pool(pool: Any) -> None:
+    """Kill a fork pool's workers now and reap them (no process is left), dropping the spaces not yet
+    searched: a shutdown alone waits for every submitted space to finish."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        proc.kill()
+    for proc in processes:
+        proc.join(timeout=2)
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt while the search runs (where it would kill this process at once,
+    leaving the pool's workers to finish their spaces), so the search stops as on Ctrl-C; a handler the
+    caller set (the CLI's) is left in place."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _search_spaces(spaces: list[Space], floor: float, args: tuple[Any, ...], n_total: int,
                    progress: ProgressFn | None) -> list[SpaceOutcome]:
-    """Every space searched from `floor`, in forked workers where the search is large and cores are free."""
+    """Every space searched from `floor`, in forked workers where the search is large and cores are free.
+    An interrupt (Ctrl-C, or SIGTERM: `_sigterm_interrupts`) kills the workers and propagates."""
     pool = _fork_pool(len(spaces)) if len(spaces) > 1 and n_total >= PARALLEL_DESIGNS else None
     if pool is None:
         outcomes, base = [], 0
@@ -786,21 +843,25 @@ def _search_spaces(spaces: list[Space], floor: float, args: tuple[Any, ...], n_t
             step = (lambda d, b=base: progress(b + d, n_total)) if progress else None
             outcomes.append(search_space(sp, floor, *args, progress=step))
             base += int(sp.tr_max.sum())
-    else:
-        from concurrent.futures import as_completed
+        return outcomes
+    from concurrent.futures import as_completed
 
-        with pool:
-            # Stackable spaces with the buffer and the fewest banks first, most ports first: the near ties, the
-            # longest searches, start early (each port count's best then prunes the other bank counts) and
-            # the short ones fill in behind them
-            heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, not sp.buffer, sp.banks, -sp.ports))
-            futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in heavy_first}
-            done = 0
-            for fut in as_completed(futures):
-                done += futures[fut]
-                if progress:
-                    progress(done, n_total)
-            outcomes = [fut.result() for fut in futures]   # the pick does not depend on their order
+    try:
+        # Stackable spaces with the buffer and the fewest banks first, most ports first: the near ties, the
+        # longest searches, start early (each port count's best then prunes the other bank counts) and
+        # the short ones fill in behind them
+        heavy_first = sorted(spaces, key=lambda sp: (not sp.stackable, not sp.buffer, sp.banks, -sp.ports))
+        futures = {pool.submit(search_space, sp, floor, *args): int(sp.tr_max.sum()) for sp in heavy_first}
+        done = 0
+        for fut in as_completed(futures):
+            done += futures[fut]
+            if progress:
+                progress(done, n_total)
+        outcomes = [fut.result() for fut in futures]   # the pick does not depend on their order
+    except BaseException:
+        _kill_pool(pool)
+        raise
+    pool.shutdown(wait=True)
     return outcomes
 
 
@@ -827,12 +888,13 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
     args = (shapes, counts, options, board, clock, float(workload.total_macs), len(workload.layers()))
-    floor, n_seed = seed_floor(spaces[0], space_scorer(spaces[0], *args))
-    _SHARED_FLOOR = SharedFloor(floor)
-    try:
-        outcomes = _search_spaces(spaces, floor, args, n_total, progress)
-    finally:
-        _SHARED_FLOOR = None
+    with _sigterm_interrupts():
+        floor, n_seed = seed_floor(spaces[0], space_scorer(spaces[0], *args))
+        _SHARED_FLOOR = SharedFloor(floor)
+        try:
+            outcomes = _search_spaces(spaces, floor, args, n_total, progress)
+        finally:
+            _SHARED_FLOOR = None
     if progress:
         progress(n_total, n_total)
     # the best score; a tie goes to the space earlier in the tie order (fewer ports, banks, plain PEs)

@@ -197,3 +197,23 @@ def test_the_cycles_and_the_bound_priced_side_by_side_equal_each_priced_alone():
                 np.testing.assert_array_equal(layer_parts(bound_setup, hi).cycles(bound_setup),
                                               layer_parts(built, hi).cycles(built))
     assert sided >= 10        # the side-by-side pricing ran, not only the one-port path
+
+
+def test_the_edges_together_bound_a_one_pass_layer_small_against_the_array():
+    """digits-ee's conv1 (R=64, P=9, C=8) on ZCU104's <24, 32> at b = 8, BR = 8 (one pass), over TR 1..512:
+    priced apart, the prologue at TR = 1 and the drain at TR = 512 (-1,841 cycles: the one block's long last
+    step) bounded it at 1,117 cycles; priced together (`_edges_floor`) the bound is 2,964 against the 3,146
+    the layer reaches at its best TR, and still below the cycles at every TR."""
+    from fluidnpu.boards import load_board
+    from fluidnpu.dse.search import LayerShapes, choice_setup, choices, modes_of
+    from fluidnpu.zoo import zoo_model
+
+    board = load_board("zcu104")
+    shapes = LayerShapes.of(zoo_model("digits-ee").layers()[:1])
+    TP, TC = np.array([[24]]), np.array([[32]])
+    modes = modes_of(TP, TC, shapes, [0], board.bus(board.clock_mhz, 4), DEFAULT_TIMING)
+    setup = choice_setup(modes, shapes, 8, choices("fluid", 8, False)[0], banks=2)
+    assert (int(setup.BR.ravel()[0]), int(setup.npass.ravel()[0])) == (8, 1)
+    every = layer_parts(setup, np.arange(1, 513)[:, None]).cycles(setup).ravel()
+    _, low = layer_cycles_bound(setup, np.array([[1]]), np.array([[512]]))
+    assert (int(every.min()), float(low.ravel()[0])) == (3146, 2964.0)
