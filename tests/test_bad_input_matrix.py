@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 import json
 from pathlib import Path
-import socket
 
 import click
 import pytest
 
 from fluidnpu.cli import cli, main
+from serve_helpers import busy_port, free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_BOARD = REPO / "docs" / "examples" / "zc706_16dsp.json"
@@ -205,12 +205,6 @@ def test_every_option_has_cases():
     assert not bare, f"options with no bad-input cases (add them to STRING_CASES): {bare}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """The files and ports the cases name, built once; `busy` is a port held open while they run."""
@@ -246,12 +240,9 @@ def env(tmp_path_factory):
               "sessions_nan": str(d / "sessions_nan.json"), "fleet": str(d / "fleet.json"),
               "fleet_bad_kind": str(d / "fleet_kind.json"), "fleet_bad_count": str(d / "fleet_count.json"),
               "free1": str(_free_port()), "free2": str(_free_port()), "closed": str(_free_port())}
-    busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    files["busy"] = str(busy.getsockname()[1])
-    yield d, files
-    busy.close()
+    with busy_port() as busy:
+        files["busy"] = str(busy)
+        yield d, files
 
 
 def main_quiet(argv: list[str]) -> int:

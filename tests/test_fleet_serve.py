@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,14 +24,9 @@ pytest.importorskip("ray.serve")
 th = pytest.importorskip("tritonclient.http")
 
 from fluidnpu.cli import main  # noqa: E402
+from serve_helpers import busy_port, free_port as _free_port  # noqa: E402
 
 STOP_AFTER_S = 28.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -231,11 +225,8 @@ def test_fleet_serve_bad_options_exit_2(args, words, capsys):
 
 
 def test_fleet_serve_busy_port_exits_2_before_ray_starts(capsys):
-    with socket.socket() as busy:
-        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = str(busy.getsockname()[1])
+    with busy_port() as busy:
+        port = str(busy)
         t0 = time.monotonic()
         with pytest.raises(SystemExit) as exc:
             main(["serve", "--fleet", "f.json", "--sessions", "s.json", "--http-port", port])

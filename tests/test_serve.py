@@ -27,34 +27,17 @@ th = pytest.importorskip("tritonclient.http")
 tg = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
+from serve_helpers import ServeProcess, free_port as _free_port  # noqa: E402
+
 MODEL = "digits-ee"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """`fluidnpu serve` in a subprocess; `info` is its start-up JSON line."""
+class ServerProcess(ServeProcess):
+    """`fluidnpu serve --json` in a subprocess; `info` is its start-up JSON line."""
 
     def __init__(self, *args: str, ssl_ctx=None) -> None:
         self.ssl_ctx = ssl_ctx
-        self.grpc_port = _free_port()
-        cmd = [sys.executable, "-m", "fluidnpu.cli", "serve", "--device", "model", "--http-port", "0",
-               "--grpc-port", str(self.grpc_port), "--json", *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = [""]
-        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(120)
-        if not line[0]:
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {self.proc.stderr.read()[-2000:]}")
-        self.info = json.loads(line[0])
-        self.http = f"127.0.0.1:{self.info['http_port']}"
-        self.grpc = f"127.0.0.1:{self.grpc_port}"
+        super().__init__("--json", *args)
 
     def stop(self) -> dict:
         """SIGTERM, wait for the drain; the final report (exit code must be 0)."""

@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 
@@ -28,16 +26,10 @@ tg = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from fluidnpu.cli import main  # noqa: E402
+from serve_helpers import CLI, ServeProcess, busy_port, free_port as _free_port  # noqa: E402
 
 MODEL = "digits-ee"
 TOKEN = "s3cret-token"
-CLI = [sys.executable, "-m", "fluidnpu.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _one_line_exit(args: list[str], capsys, code: int = 2) -> str:
@@ -53,11 +45,8 @@ def _one_line_exit(args: list[str], capsys, code: int = 2) -> str:
 
 # ---------------------------------------------------------------- addresses: checked before start-up
 def test_serve_bad_addresses_one_line_exit_2(capsys):
-    with socket.socket() as busy:
-        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = str(busy.getsockname()[1])
+    with busy_port() as busy:
+        port = str(busy)
         cases = [(["--http-port", port], "--http-port " + port),
                  (["--http-port", "0", "--grpc-port", port], "--grpc-port " + port),
                  (["--http-port", "9100", "--grpc-port", "9100"], "same port"),
@@ -94,30 +83,21 @@ def test_edge_bad_numbers_one_line_exit_2(capsys):
 
 
 # ---------------------------------------------------------------- a token server for the module
-class TokenServer:
+class TokenServer(ServeProcess):
     def __init__(self, tmp) -> None:
         self.token_file = tmp / "token"
         self.token_file.write_text(TOKEN + "\n")
-        self.grpc_port = _free_port()
-        self.log = open(tmp / "server.err", "w+")
-        self.proc = subprocess.Popen([*CLI, "serve", "--device", "model", "--http-port", "0", "--grpc-port",
-                                      str(self.grpc_port), "--token-file", str(self.token_file), "--slo", "10000",
-                                      "--max-queue", "512", "--stop-after", "600"],
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
-        line = [""]
-        reader = threading.Thread(target=lambda: line.__setitem__(0, self.proc.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(120)
-        if not line[0]:
-            self.proc.kill()
-            raise RuntimeError(f"server did not start: {self.stderr()[-2000:]}")
-        self.http = f"127.0.0.1:{json.loads(line[0])['http_port']}"
-        self.grpc = f"127.0.0.1:{self.grpc_port}"
+        self.log_file = open(tmp / "server.err", "w+")
+        super().__init__("--token-file", str(self.token_file), "--slo", "10000", "--max-queue", "512",
+                         "--stop-after", "600", stderr=self.log_file)
+
+    def log(self) -> str:
+        return self.stderr()
 
     def stderr(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
+        self.log_file.flush()
+        self.log_file.seek(0)
+        return self.log_file.read()
 
 
 @pytest.fixture(scope="module")
