@@ -173,6 +173,16 @@ def test_tables_match_their_json(page: str, table: Any) -> None:
         f"run `python tests/test_docs.py` and paste it")
 
 
+def test_results_md_holds_what_its_json_generates(tmp_path: Path) -> None:
+    """docs/results.md's generated blocks are what `fluidnpu eval` writes from docs/figures/eval today."""
+    from fluidnpu.scheduler_fw.results_doc import update_results_md
+
+    page = tmp_path / "results.md"
+    page.write_text((DOCS / "results.md").read_text())
+    assert len(update_results_md(page, FIGURES / "eval")) == 8
+    assert page.read_text() == (DOCS / "results.md").read_text(), "docs/results.md is stale: run update_results_md"
+
+
 if __name__ == "__main__":
     for page, tables in TABLES.items():
         if len(sys.argv) < 2 or page in sys.argv[1:]:
