@@ -105,8 +105,20 @@ def buffered_table() -> str:
     return "\n".join(lines)
 
 
+def fleet_scenarios_table() -> str:
+    """docs/fleet.md's scenarios, from figures/fleet/scenarios.json (benchmarks/fleet_scenarios.py)."""
+    lines = ["| scenario | arrivals | answered | retried | refused | within SLO (per session) | device-seconds |",
+             "|---|---|---|---|---|---|---|"]
+    for r in _json("fleet/scenarios.json"):
+        per = ", ".join(f"{x['model']} {_pct(x['within_slo'] / x['arrivals'], False)}" for x in r["sessions"])
+        lines.append(f"| {r['scenario']} | {_n(r['arrivals'])} | {_n(r['answered'])} | {r['retried']} | "
+                     f"{r['rejected']} | **{100 * r['slo_compliance']:.2f} %** ({per}) | {r['device_seconds']:.0f} |")
+    return "\n".join(lines)
+
+
 TABLES = {  # page -> the tables it must hold
     "rtl-agreement.md": (rtl_agreement_table, compute_bound_table, pick_layers_table, buffered_table),
+    "fleet.md": (fleet_scenarios_table,),
 }
 
 
