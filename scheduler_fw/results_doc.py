@@ -170,17 +170,22 @@ def fig7_markdown(fig: dict[str, Any]) -> str:
 
 
 def fig6_markdown(fig: dict[str, Any]) -> str:
-    """Fig. 6: SLO violations against the SLO per panel, each policy on its own design."""
+    """Fig. 6: SLO violations against the SLO, one table per panel, each policy on its own design."""
     rows = [r for r in fig["rows"] if r["hardware"] == "own" and r["policy"] in _SWEEP_POLICIES]
-    labels = {r["policy"]: r["label"] for r in rows}
-    pols = [p for p in _SWEEP_POLICIES if p in labels]
-    lines = ["| panel | SLO | " + " | ".join(labels[p] for p in pols) + " |", "|---" * (len(pols) + 2) + "|"]
-    cells: dict[tuple[str, float], dict[str, float]] = {}
-    for r in rows:
-        cells.setdefault((r["panel"], r["slo_ms"]), {})[r["policy"]] = r["slo_violation_rate"]
-    for (panel, slo), v in cells.items():
-        lines.append(f"| {panel} | {slo:g} ms | " + " | ".join(_pct(v[p]) if p in v else "–" for p in pols) + " |")
-    lines += ["", "Written by `fluidnpu eval fig6` from `fig6.json` (every policy is in the JSON)."]
+    lines: list[str] = []
+    for panel in dict.fromkeys(r["panel"] for r in rows):
+        mine = [r for r in rows if r["panel"] == panel]
+        slos = sorted({r["slo_ms"] for r in mine})
+        lines += [f"| {panel}, violations at SLO (ms) | " + " | ".join(f"{x:g}" for x in slos) + " |",
+                  "|---" * (len(slos) + 1) + "|"]
+        for pol in _SWEEP_POLICIES:
+            at = {r["slo_ms"]: r for r in mine if r["policy"] == pol}
+            if at:
+                label = next(iter(at.values()))["label"]
+                lines.append(f"| {label} | " + " | ".join(
+                    _pct(at[x]["slo_violation_rate"]) if x in at else "–" for x in slos) + " |")
+        lines.append("")
+    lines.append("Written by `fluidnpu eval fig6` from `fig6.json` (every policy is in the JSON).")
     return "\n".join(lines) + "\n"
 
 
