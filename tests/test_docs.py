@@ -116,9 +116,20 @@ def fleet_scenarios_table() -> str:
     return "\n".join(lines)
 
 
+def fleet_headroom_table() -> str:
+    """docs/fleet.md's replay against headroom, from figures/fleet/headroom.json (benchmarks/plan_headroom.py)."""
+    rows = _json("fleet/headroom.json")["rows"]
+    sessions = [k for k in rows[0] if k[:1] == "s" and k[1:2].isdigit()]
+    lines = ["| ℓ(b) | h | nodes | all requests | " + " | ".join(sessions) + " |", "|---" * (len(sessions) + 4) + "|"]
+    for r in rows:
+        lines.append(f"| {r['pricing']} | {r['headroom']:g} | {r['nodes']} | {100 * r['compliance']:.2f} % | "
+                     + " | ".join(f"{100 * r[k]:.1f} %" for k in sessions) + " |")
+    return "\n".join(lines)
+
+
 TABLES = {  # page -> the tables it must hold
     "rtl-agreement.md": (rtl_agreement_table, compute_bound_table, pick_layers_table, buffered_table),
-    "fleet.md": (fleet_scenarios_table,),
+    "fleet.md": (fleet_scenarios_table, fleet_headroom_table),
 }
 
 
