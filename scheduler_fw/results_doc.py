@@ -103,6 +103,108 @@ def table1_markdown(t: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_KINDS = {"fluid+pe-searched@all": "FluidB", "r@one": "SERIAL", "fc@bmax": "FC-AdaptB",
+          "r@bmax": "R-AdaptB, LazyBatching"}
+
+
+def designs_markdown(figures: list[dict[str, Any]]) -> str:
+    """Each policy's NPU design per model and board, from the figures' `designs` (the first figure naming one)."""
+    lines = ["| model | board | policies | design ⟨TR, TP, TC⟩ | GOp/s b = 1 / Bmax | of peak at Bmax | "
+             "full-batch capacity |", "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for fig in figures:
+        for d in fig.get("designs", []):
+            key = (d["model"], d["board"], d["design_kind"])
+            if key in seen:
+                continue
+            seen.add(key)
+            lines.append(f"| {d['model']} | {d['board']} | {_KINDS.get(d['design_kind'], d['design_kind'])} | "
+                         f"⟨{d['TR']}, {d['TP']}, {d['TC']}⟩ | {d['gops'][0]:.1f} / {d['gops'][-1]:.1f} | "
+                         f"{_pct(d['gops'][-1] / d['peak_gops'])} | {d['full_batch_capacity']:.1f} samples/s |")
+    return "\n".join(lines) + "\n"
+
+
+_SWEEP_POLICIES = ("fluidb", "serial", "r-adaptb-s", "lazybatching")
+
+
+def sweep_markdown(fig: dict[str, Any]) -> str:
+    """Fig. 4 or 5: mean / p99 latency and SLO violations per offered rate, each policy on its own design."""
+    rows = [r for r in fig["rows"] if r["hardware"] == "own" and r["policy"] in _SWEEP_POLICIES]
+    rates = sorted({r["rate"] for r in rows})
+    lines = ["| mean / p99 latency (ms), violations | " + " | ".join(f"{x:g}/s" for x in rates) + " |",
+             "|---" * (len(rates) + 1) + "|"]
+    for pol in _SWEEP_POLICIES:
+        at = {r["rate"]: r for r in rows if r["policy"] == pol}
+        if not at:
+            continue
+        label = next(iter(at.values()))["label"]
+        cells = [f"{at[x]['mean_latency_ms']:.0f} / {at[x]['p99_latency_ms']:.0f}, "
+                 f"{_pct(at[x]['slo_violation_rate'])}" if x in at else "–" for x in rates]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", f"Written by `fluidnpu eval {fig.get('figure', '')}`: {fig['config'].get('seeds', '?')} seeds × "
+                  f"{fig['config'].get('samples_per_seed', '?')} samples a point; every policy and the "
+                  "same-hardware runs are in the JSON."]
+    return "\n".join(lines) + "\n"
+
+
+def fig7_markdown(fig: dict[str, Any]) -> str:
+    """Fig. 7: GOp/s at b = 1 / 2 / 8 of each scheme on its own design, per model and board."""
+    pairs = list(fig["summary"])
+    schemes = list(next(iter(fig["summary"].values()))["gops"]) if pairs else []
+    lines = ["| GOp/s at b = 1 / 2 / 8 | " + " | ".join(pairs) + " |", "|---" * (len(pairs) + 1) + "|"]
+    for sch in schemes:
+        cells = []
+        for p in pairs:
+            g = fig["summary"][p]["gops"][sch]
+            cells.append(f"{g['b1']:.1f} / {g['b2']:.1f} / {g['b8']:.1f}")
+        lines.append(f"| {sch} | " + " | ".join(cells) + " |")
+    summ = [fig["summary"][p] for p in pairs]
+    lines.append("| Fluid + Stackable above every static scheme at every b | "
+                 + " | ".join("yes" if s["fluid_stackable_beats_every_static_at_every_b"] else "no" for s in summ) + " |")
+    lines.append("| Stackable gain on the same design, b = 1 | "
+                 + " | ".join(_pct(s["same_design_stackable_gain_b1"] - 1) for s in summ) + " |")
+    lines.append("| Fluid + Stackable at b = 8, of its peak | "
+                 + " | ".join(_pct(s["fluid_stackable_fraction_of_peak_bmax"]) for s in summ) + " |")
+    lines += ["", "Written by `fluidnpu eval fig7` from `fig7.json`."]
+    return "\n".join(lines) + "\n"
+
+
+def fig6_markdown(fig: dict[str, Any]) -> str:
+    """Fig. 6: SLO violations against the SLO, one table per panel, each policy on its own design."""
+    rows = [r for r in fig["rows"] if r["hardware"] == "own" and r["policy"] in _SWEEP_POLICIES]
+    lines: list[str] = []
+    for panel in dict.fromkeys(r["panel"] for r in rows):
+        mine = [r for r in rows if r["panel"] == panel]
+        slos = sorted({r["slo_ms"] for r in mine})
+        lines += [f"| {panel}, violations at SLO (ms) | " + " | ".join(f"{x:g}" for x in slos) + " |",
+                  "|---" * (len(slos) + 1) + "|"]
+        for pol in _SWEEP_POLICIES:
+            at = {r["slo_ms"]: r for r in mine if r["policy"] == pol}
+            if at:
+                label = next(iter(at.values()))["label"]
+                lines.append(f"| {label} | " + " | ".join(
+                    _pct(at[x]["slo_violation_rate"]) if x in at else "–" for x in slos) + " |")
+        lines.append("")
+    lines.append("Written by `fluidnpu eval fig6` from `fig6.json` (every policy is in the JSON).")
+    return "\n".join(lines) + "\n"
+
+
+def load_sweep_markdown(t: dict[str, Any]) -> str:
+    """Table I's settings swept over offered load: latency ratio / violation gap (pp), LazyBatching against FluidB."""
+    sweep = t.get("load_sweep", [])
+    settings = list(dict.fromkeys((r["model"], r["board"], r["slo_ms"]) for r in sweep))
+    loads = sorted({round(r["load"], 2) for r in sweep})
+    lines = ["| ρ | " + " | ".join(f"{m} {b}, {slo:g} ms" for m, b, slo in settings) + " |",
+             "|---" * (len(settings) + 1) + "|"]
+    for rho in loads:
+        at = {(r["model"], r["board"], r["slo_ms"]): r for r in sweep if round(r["load"], 2) == rho}
+        lines.append(f"| {rho:g} | " + " | ".join(
+            f"{at[k]['rate']:.1f}/s: {_x(at[k]['latency_ratio'])} / {at[k]['violation_pp']:.1f}" if k in at else "–"
+            for k in settings) + " |")
+    lines += ["", "Rate = ρ × FluidB's full-batch capacity. Written by `fluidnpu eval table1`."]
+    return "\n".join(lines) + "\n"
+
+
 def splice(text: str, name: str, block: str) -> str:
     """`text` with the generated block NAME replaced by `block`; FluidError if its markers are missing."""
     pat = re.compile(rf"(<!-- generated:{re.escape(name)} -->\n).*?(<!-- /generated:{re.escape(name)} -->)", re.S)
@@ -124,5 +226,16 @@ def update_results_md(md_path: Path, out_dir: Path) -> list[str]:
     if t1.is_file() and "<!-- generated:table1 -->" in text:
         text = splice(text, "table1", table1_markdown(json.loads(t1.read_text())["summary"]))
         done.append("table1")
+    figs = {n: json.loads((out_dir / f"{n}.json").read_text())
+            for n in ("fig4", "fig5", "fig6", "fig7", "table1") if (out_dir / f"{n}.json").is_file()}
+    blocks = {"designs": lambda: designs_markdown([figs[n] for n in ("fig4", "fig5", "table1") if n in figs]),
+              "fig4": lambda: sweep_markdown(figs["fig4"]), "fig5": lambda: sweep_markdown(figs["fig5"]),
+              "fig6": lambda: fig6_markdown(figs["fig6"]), "fig7": lambda: fig7_markdown(figs["fig7"]),
+              "load_sweep": lambda: load_sweep_markdown(figs["table1"]["summary"])}
+    for name, make in blocks.items():
+        source = {"designs": "fig4", "load_sweep": "table1"}.get(name, name)
+        if f"<!-- generated:{name} -->" in text and source in figs:
+            text = splice(text, name, make())
+            done.append(name)
     write_text(md_path, text, "results page")
     return done
