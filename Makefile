@@ -1,31 +1,47 @@
 # Quickstart targets: `make run` and `make test` work on a fresh clone with only Python >= 3.10 and make.
+# Setting up prints one line a step; pip's output goes to build/logs/pip-*.log, its tail shown if pip fails.
+# `make <target> V=1` shows every command and all of pip's output (and `fluidnpu flow`'s tools') live.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
+LOGS := $(BUILD)/logs
+RUN_EXTRAS := digits,hw,sim
+
+# $(call setup,WHAT,LOG,COMMAND): one line saying WHAT, then COMMAND with its output in $(LOGS)/LOG.log;
+# if it fails, the command and the log's tail (V=1: the command and its output as they run)
+ifeq ($(V),1)
+Q :=
+setup = echo "setup: $(1)" && $(3)
+else
+Q := @
+setup = echo "setup: $(1) (log: $(LOGS)/$(2).log)" && mkdir -p $(LOGS) && { $(3); } > $(LOGS)/$(2).log 2>&1 \
+	|| { rc=$$?; echo "failed (exit $$rc): $(3)"; echo "--- the last 30 lines of $(LOGS)/$(2).log ---"; \
+	     tail -n 30 $(LOGS)/$(2).log; exit $$rc; }
+endif
 
 .PHONY: run test test-fleet lint bench bench-gpu eval docs-figures synth-full clean
 
 $(BIN)/python:
-	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
+	$(Q)$(call setup,a virtual environment in $(VENV),pip-venv,$(PY) -m venv $(VENV) && $(BIN)/python -m pip install -q --upgrade pip)
 
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[digits,hw,sim]'
-	touch $@
+	$(Q)$(call setup,pip install -e .[$(RUN_EXTRAS)],pip-run,$(BIN)/python -m pip install -q -e '.[$(RUN_EXTRAS)]')
+	$(Q)touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $@ $(VENV)/.installed-run
+	$(Q)$(call setup,pip install -e .[dev],pip-dev,$(BIN)/python -m pip install -q -e '.[dev]')
+	$(Q)touch $@ $(VENV)/.installed-run
 
 ## make run: set up, then the whole flow on the embedded default: DSE (ResNet-50 on ZC706) -> RTL ->
 ## RTL co-simulation check -> samples served by FluidB on the bit-accurate model -> summary
+## (the co-simulation's Verilator and cocotb output goes to build/logs/cosim.log; V=1 shows it live)
 run: $(VENV)/.installed-run
-	$(BIN)/fluidnpu flow --out $(BUILD)
+	$(Q)$(BIN)/fluidnpu flow --out $(BUILD)
 
 ## make test: set up with dev dependencies, lint (ruff + mypy), then the whole suite
 test: lint
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
+	$(Q)$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 ## make lint: ruff, then mypy on the installed layout (fluidnpu.<folder>), mirrored with symlinks in build/typecheck
 TYPECHECK := $(BUILD)/typecheck
@@ -38,8 +54,8 @@ lint: $(VENV)/.installed-dev
 
 ## make test-fleet: the Ray fleet's tests and the fleet ingress (adds the 'fleet' extra, Ray with Ray Serve; `make test` skips them), about 2.5 min
 test-fleet: $(VENV)/.installed-dev
-	$(BIN)/python -m pip install -q -e '.[fleet]'
-	$(BIN)/python -m pytest -q tests/test_fleet_ray.py tests/test_fleet_serve.py
+	$(Q)$(call setup,pip install -e .[fleet],pip-fleet,$(BIN)/python -m pip install -q -e '.[fleet]')
+	$(Q)$(BIN)/python -m pytest -q tests/test_fleet_ray.py tests/test_fleet_serve.py
 
 ## make bench: DSE, scheduler, RTL-simulation, RTL-generation, host-driver and runtime speed benchmarks
 bench: $(VENV)/.installed-dev

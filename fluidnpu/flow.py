@@ -13,13 +13,21 @@
 Each step reads what the one before wrote (the design bundles), never re-deriving it. The summary at the
 end says what happened in words a newcomer can follow, and where to go next.
 
+What a person sees is one line as each step starts and that summary: the co-simulation's tools print
+thousands of lines (Verilator's warnings on Yosys's Verilog, make's compile commands, cocotb's start-up
+lines), which go to <out>/logs/cosim.log; if the step fails, the log's tail is printed and the error names
+the log. `V=1` in the environment (`make run V=1`) shows them live instead.
+
 `run_flow` is the library function; the `fluidnpu flow` command (fluidnpu/cli.py) calls it and prints
 its report with `print_report`. Nothing here imports the command line.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -67,9 +75,11 @@ def rtl(bundle: Any, outdir: Path) -> dict[str, Any]:
     return {"summary": summary, "dir": summary["outdir"], "seconds": time.perf_counter() - t0}
 
 
-def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None) -> dict[str, Any]:
+def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None,
+          log_file: Path | None = None) -> dict[str, Any]:
     """Step 4: the same images through the RTL and ModelDevice; compares exits, predictions and logits.
-    `verilog`: step 3's NPU Verilog, simulated as written (None: converted again)."""
+    `verilog`: step 3's NPU Verilog, simulated as written (None: converted again). `log_file`: where the
+    Verilator build and the simulator write (None: stderr)."""
     import numpy as np
 
     from fluidnpu.host_driver.serving import load_network
@@ -81,7 +91,7 @@ def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None) -> 
     _, qnet, xte, yte = load_network("digits-ee")
     x = xte[:images]
     t0 = time.perf_counter()
-    hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax, verilog=verilog)
+    hw = run_with_rtl(bundle, infer_on_driver, qnet, x, tau, bundle.bmax, verilog=verilog, log_file=log_file)
     rtl_s = time.perf_counter() - t0
     with NpuDriver(ModelDevice(bundle), bundle) as drv:
         model = infer_on_driver(drv, qnet, x, tau, bundle.bmax)
@@ -89,7 +99,8 @@ def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None) -> 
                  and bool(np.array_equal(hw["logits"], model["logits"])))
     return {"images": images, "tau": tau, "bit_identical": identical, "exits": hw["exit"],
             "correct": int(sum(p == y for p, y in zip(hw["pred"], yte[:images].tolist()))),
-            "rtl_cycles": hw["device_cycles"], "model_cycles": model["device_cycles"], "seconds": rtl_s}
+            "rtl_cycles": hw["device_cycles"], "model_cycles": model["device_cycles"], "seconds": rtl_s,
+            "log": None if log_file is None else str(log_file)}
 
 
 def serve(bundle: Any, rate: float, slo_ms: float, samples: int) -> dict[str, Any]:
@@ -108,14 +119,43 @@ def _timed(out: Any, n: int, title: str, fn: Callable[[], dict[str, Any]], quiet
     return res
 
 
+def verbose_from_env() -> bool:
+    """Whether the tools' own output is shown live: `V=1` (what `make run V=1` passes on)."""
+    return os.environ.get("V", "") not in ("", "0")
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    with open(path, errors="replace") as fh:
+        return "".join(deque(fh, maxlen=lines))
+
+
+def _logged(n: int, title: str, log_file: Path | None, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """`fn`, whose tools write to `log_file`; if it fails, the log's tail on stderr and an error naming it.
+    The failures caught are the simulation's (a build that failed, a simulator missing or crashing, a
+    cocotb test that failed); anything else is a bug and stays itself."""
+    if log_file is None:
+        return fn()
+    log_file.unlink(missing_ok=True)   # the tools append: one run's log, not every run's
+    try:
+        return fn()
+    except (AssertionError, RuntimeError) as exc:
+        if log_file.exists():
+            sys.stderr.write(f"--- the last lines of {log_file} ---\n{_tail(log_file)}--- end of {log_file} ---\n")
+        msg = str(exc).strip()
+        first = msg.splitlines()[0] if msg else type(exc).__name__
+        raise FluidError(f"step {n} ({title}) failed: {first}; its whole log: {log_file}") from exc
+
+
 def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, samples: int = 450,
-             cosim_images: int = 8, console: Any = None) -> dict[str, Any]:
+             cosim_images: int = 8, console: Any = None, verbose: bool | None = None) -> dict[str, Any]:
     """Every step of the flow into `outdir`; returns the report (`fluidnpu flow --json` prints it).
-    `console`: where the step headings go (None: no headings)."""
+    `console`: where the step headings go (None: no headings). `verbose`: the co-simulation's tools print
+    live instead of into outdir/logs/cosim.log (None: `verbose_from_env`)."""
     if cosim_images < 0:
         raise FluidError(f"--cosim-images must be >= 0, got {cosim_images}")
     quiet = console is None
     base = make_dir(outdir)
+    log = None if (verbose_from_env() if verbose is None else verbose) else base / "logs" / "cosim.log"
     main = _timed(console, 1, "DSE: ResNet-50 (4 exits) on ZC706, Bmax 8", lambda: main_design(base, quiet), quiet)
     dig = _timed(console, 2, "DSE: digits-ee on a 16-DSP ZC706 (small enough to simulate)",
                  lambda: digits_design(base, 4), quiet)
@@ -123,10 +163,10 @@ def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, s
                  lambda: rtl(dig["bundle"], base), quiet)
     co: Optional[dict[str, Any]] = None
     if cosim_images:
-        co = _timed(console, 4, f"co-simulation: {cosim_images} images through the Verilog and ModelDevice "
-                    "(Verilator build: a few minutes the first time)",
-                    lambda: cosim(dig["bundle"], cosim_images, 0.9999,
-                                  Path(gen["summary"]["files"]["rtl"]["npu_verilog"])), quiet)
+        verilog = Path(gen["summary"]["files"]["rtl"]["npu_verilog"])
+        co = _timed(console, 4, f"co-simulation: {cosim_images} images, RTL vs ModelDevice (first build: minutes)",
+                    lambda: _logged(4, "co-simulation", log,
+                                    lambda: cosim(dig["bundle"], cosim_images, 0.9999, verilog, log)), quiet)
         if not co["bit_identical"]:
             raise FluidError("the RTL and ModelDevice disagree on the co-simulation images: "
                              f"RTL exits {co['exits']}")
@@ -189,7 +229,7 @@ def print_report(out: Any, r: dict[str, Any]) -> None:
             f"{c['images']} images through the Verilog and the bit-accurate model: "
             f"{'[green]bit-identical[/]' if c['bit_identical'] else '[red]DIFFERENT[/]'} exit logits; "
             f"{c['correct']}/{c['images']} correct; {c['rtl_cycles']:,} NPU cycles "
-            f"(model: {c['model_cycles']:,})")
+            f"(model: {c['model_cycles']:,})", c.get("log") or "")
     lat = s.get("latency_ms", {})
     row("5. serving with FluidB",
         f"{s['answered']}/{s['sent']} answered; latency mean {lat.get('mean', float('nan')):.1f} ms, "

@@ -22,11 +22,9 @@ exception comes back the same way.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pickle
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -140,21 +138,6 @@ class RtlSimDevice(Device):
                                time.monotonic() + self.wall_limit_s)
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr():
-    """Send the simulator's own output (a subprocess writing to fd 1) to stderr while it runs:
-    a command's stdout carries its results (`--json`), nothing else."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
 def _build_dir(params: NpuParams, sim: str) -> Path:
     from fluidnpu.sim_tb.runner import DEFAULT_BUILD_ROOT
     tag = f"{params.TR}x{params.TP}x{params.TC}_b{params.bmax}_l{params.layers}_dw{params.axi_dw}_p{params.axi_ports}"
@@ -167,7 +150,7 @@ class RtlRunError(AssertionError):
 
 def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool = True, sim: str = "verilator",
                  pause: float = 0.0, seed: int = 1, mem_bytes: int = MEM_BYTES, verilog: Path | None = None,
-                 **kwargs: Any) -> Any:
+                 log_file: Path | None = None, **kwargs: Any) -> Any:
     """Build the NPU Verilog of `bundle` and run `fn(NpuDriver(device, bundle), *args, **kwargs)`
     (or `fn(device, ...)` with driver=False) inside the simulation; returns fn's result.
 
@@ -175,23 +158,26 @@ def run_with_rtl(bundle: Any, fn: Callable[..., Any], *args: Any, driver: bool =
     `fn` is re-raised here. `pause` adds random AXI pauses on every m_axi channel.
     `verilog`: the NPU Verilog `fluidnpu rtl` already wrote for this bundle (hw/rtl_gen.py, the same
     text), simulated instead of converting the design again (~15 s for the digits design).
+    `log_file`: where the Verilator build's and the simulator's output is appended; None: stderr (never
+    stdout, which carries a command's results, `--json`).
     Under pytest a missing simulator skips the test (sim_tb/runner.py).
     """
     from fluidnpu.host_driver.driver import _data, bundle_params
     from fluidnpu.hw.npu import Npu
-    from fluidnpu.sim_tb.runner import run_cocotb
+    from fluidnpu.sim_tb.runner import fds_to, run_cocotb
 
     params = bundle_params(bundle)
     payload = {"bundle": bundle if isinstance(bundle, NpuParams) else dict(_data(bundle)), "fn": fn,
                "args": args, "kwargs": kwargs, "driver": driver, "pause": pause, "seed": seed,
                "mem_bytes": mem_bytes}
-    with tempfile.TemporaryDirectory(prefix="fluidnpu_rtl_") as tmp, _stdout_to_stderr():
+    # the simulator's own output (a subprocess writing to fd 1) goes to stderr, or to log_file
+    with tempfile.TemporaryDirectory(prefix="fluidnpu_rtl_") as tmp, fds_to(2, fds=(1,)):
         job, out = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         job.write_bytes(pickle.dumps(payload))
         try:
             run_cocotb(Npu(params) if verilog is None else Path(verilog), "fluidnpu_npu",
                        "fluidnpu.host_driver._rtl_tb", sim=sim,
-                       build_dir=_build_dir(params, sim),
+                       build_dir=_build_dir(params, sim), log_file=log_file,
                        extra_env={_ENV: json.dumps({"job": str(job), "out": str(out)}),
                                   "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
                                   "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore::DeprecationWarning")})

@@ -21,7 +21,10 @@ cocotb test failed. What it takes care of, so each testbench need not:
 * `iverilog` is often absent: with `sim="icarus"` and no `iverilog`, the
   calling pytest test is skipped (`SimulatorMissing` outside pytest);
 * under pytest, cocotb's runner ends a failing run with `sys.exit`; that is
-  turned into an `AssertionError` naming the results file.
+  turned into an `AssertionError` naming the results file;
+* a build prints thousands of lines (Verilator's warnings on Yosys's Verilog,
+  make's compile commands, cocotb's start-up lines): `log_file` sends all of
+  it, the simulator's output too, to a file instead of the terminal.
 
 Test modules are imported by the simulator's embedded Python by dotted name
 (e.g. `fluidnpu.sim_tb.tb_dma`), so they must be importable from the current
@@ -36,7 +39,7 @@ import importlib.metadata
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
@@ -97,6 +100,39 @@ def write_verilog(component: wiring.Component, path: PathLike, name: str) -> Pat
 
 
 @contextlib.contextmanager
+def fds_to(target: int, fds: Sequence[int] = (1, 2)) -> Iterator[None]:
+    """Point the file descriptors `fds` at `target` while the block runs, then back.
+
+    At the descriptor, not `sys.stdout`: the output to move is the subprocesses' (Verilator, make, the
+    simulator), which write to the descriptors they inherit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in fds]
+    try:
+        for fd in fds:
+            os.dup2(target, fd)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip(fds, saved):
+            os.dup2(old, fd)
+            os.close(old)
+
+
+@contextlib.contextmanager
+def output_to(log_file: PathLike | None) -> Iterator[None]:
+    """stdout and stderr appended to `log_file` while the block runs (None: left where they are)."""
+    if log_file is None:
+        yield
+        return
+    path = Path(log_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh, fds_to(fh.fileno()):
+        yield
+
+
+@contextlib.contextmanager
 def _locked(directory: Path):
     """Exclusive lock on `directory` (POSIX); a no-op where fcntl is unavailable."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -152,15 +188,16 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
                build_dir: PathLike | None = None, extra_env: Mapping[str, str] | None = None,
                testcase: str | Sequence[str] | None = None, build_args: Sequence[str] = (),
                timescale: tuple[str, str] = ("1ns", "1ps"), waves: bool = False,
-               seed: int | None = None) -> Path:
+               seed: int | None = None, log_file: PathLike | None = None) -> Path:
     """Build `design` and run cocotb `test_module` on it; returns the results XML path.
 
     `design` is an Amaranth component (converted to `<build_dir>/<toplevel>.v`)
     or Verilog file path(s) whose top module is `toplevel`. `build_dir`
     defaults to `build/cocotb/<toplevel>_<sim>` in the repository; give each
     distinct design its own. `extra_env` reaches the test module through
-    `os.environ` (the way to pass parameters). Raises AssertionError if any
-    cocotb test fails or none ran.
+    `os.environ` (the way to pass parameters). `log_file`: where the build's
+    and the simulation's output is appended (None: the terminal). Raises
+    AssertionError if any cocotb test fails or none ran.
     """
     if sim not in SIMULATORS:
         raise ValueError(f"sim must be one of {SIMULATORS}, not {sim!r}")
@@ -196,30 +233,31 @@ def run_cocotb(design: Design, toplevel: str, test_module: str, sim: str = "veri
                                                          *_opt_flags(opt), *_objcache_flags()]))
         os.environ[OBJCACHE_STORE_ENV] = str(DEFAULT_BUILD_ROOT / ".objcache")   # where objcache.py keeps them
     try:
-        with _locked(build_dir):
-            if isinstance(design, wiring.Component):
-                sources = [write_verilog(design, build_dir / f"{toplevel}.v", toplevel)]
-            elif isinstance(design, (str, os.PathLike)):
-                sources = [Path(design).resolve()]
-            else:
-                sources = [Path(p).resolve() for p in design]
-            key = _build_key(sources, sim, toplevel, args, timescale, waves, opt)
-            key_file = build_dir / ".fluidnpu-build-key"
-            runner = get_runner(sim)
-            fresh = (key_file.exists() and key_file.read_text() == key
-                     and _built_output(sim, build_dir, toplevel).exists())
-            if not fresh:
-                key_file.unlink(missing_ok=True)
-                runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
-                             build_args=args, timescale=timescale, waves=waves, always=True)
-                key_file.write_text(key)
-        try:
-            results = runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
-                                  build_dir=build_dir, extra_env=dict(extra_env or {}), testcase=testcase,
-                                  timescale=timescale, waves=waves, seed=seed)
-        except SystemExit as exc:  # cocotb's runner exits on failure when run under pytest
-            raise AssertionError(f"cocotb tests of {toplevel} failed (exit {exc.code}); "
-                                 f"see {build_dir}") from None
+        with output_to(log_file):
+            with _locked(build_dir):
+                if isinstance(design, wiring.Component):
+                    sources = [write_verilog(design, build_dir / f"{toplevel}.v", toplevel)]
+                elif isinstance(design, (str, os.PathLike)):
+                    sources = [Path(design).resolve()]
+                else:
+                    sources = [Path(p).resolve() for p in design]
+                key = _build_key(sources, sim, toplevel, args, timescale, waves, opt)
+                key_file = build_dir / ".fluidnpu-build-key"
+                runner = get_runner(sim)
+                fresh = (key_file.exists() and key_file.read_text() == key
+                         and _built_output(sim, build_dir, toplevel).exists())
+                if not fresh:
+                    key_file.unlink(missing_ok=True)
+                    runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                                 build_args=args, timescale=timescale, waves=waves, always=True)
+                    key_file.write_text(key)
+            try:
+                results = runner.test(test_module=test_module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                                      build_dir=build_dir, extra_env=dict(extra_env or {}), testcase=testcase,
+                                      timescale=timescale, waves=waves, seed=seed)
+            except SystemExit as exc:  # cocotb's runner exits on failure when run under pytest
+                raise AssertionError(f"cocotb tests of {toplevel} failed (exit {exc.code}); "
+                                     f"see {build_dir}") from None
     finally:
         os.environ["PATH"] = old_path
         os.environ.pop(OBJCACHE_STORE_ENV, None)
