@@ -5,7 +5,8 @@ figures and the test counts from pytest's JUnit XML. Run on the host as well (wi
 same decision cost there, which the in-root run embeds (--host) for a like-for-like ratio.
 
     python scripts/arm64_board_check.py --design design.json [--junit junit.xml] [--host host.json] [--repeat 5000]
-    python scripts/arm64_board_check.py --summary docs/figures/arm64/board_check.json
+    python scripts/arm64_board_check.py --summary docs/figures/arm64/board_check.json \\
+        [--markdown docs/figures/arm64/board_check.md docs/deploy.md]
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import json
 import os
 from pathlib import Path
 import platform
+import re
 import statistics
 import sys
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 
@@ -104,20 +107,62 @@ def summary(path: Path) -> None:
     t, imp = r["tests"], r["board_imports"]
     print(f"{r['machine']}: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped "
           f"in {t['wall_s']:.0f} s ({t['cpu_user_s'] + t['cpu_sys_s']:.0f} s CPU)")
-    outside = "; ".join(f"{k} -> {', '.join(v)}" for k, v in imp["outside_board_side"].items()) or "nothing"
     print(f"board-side modules: {imp['modules']} imported, {len(imp['failed'])} failed; "
-          f"from outside the board side: {outside}")
+          f"from outside the board side: {_outside_text(imp)}")
     print("FluidB decide() at an exit, median (p99) us:  aarch64 under qemu      host")
-    for k, v in r["decision_cost_resnet50_zc706"].items():
-        if k != "repeat":
-            h = r["host"]["decision_cost_resnet50_zc706"][k]
-            print(f"  {k:24s} {v['median_us']:9.2f} ({v['p99_us']:6.2f}) {h['median_us']:7.2f} ({h['p99_us']:5.2f})")
+    for k, v, h in _costs(r):
+        print(f"  {k:24s} {v['median_us']:9.2f} ({v['p99_us']:6.2f}) {h['median_us']:7.2f} ({h['p99_us']:5.2f})")
     print(f"figures: {path}")
+
+
+def _outside_text(imp: dict) -> str:
+    return "; ".join(f"{k} → {', '.join(v)}" for k, v in imp["outside_board_side"].items()) or "nothing"
+
+
+def _costs(r: dict):
+    """(queue=N,outcome, on the board's architecture, on the host) for each decision-cost case."""
+    host = r["host"]["decision_cost_resnet50_zc706"]
+    return [(k, v, host[k]) for k, v in r["decision_cost_resnet50_zc706"].items() if k != "repeat"]
+
+
+def markdown(r: dict) -> str:
+    """docs/deploy.md's block: the tests per file and the decision cost beside the host's."""
+    t, imp = r["tests"], r["board_imports"]
+    lines = ["| test file | passed | skipped | failed | s |", "|---|---|---|---|---|"]
+    for name, f in t["by_file"].items():
+        lines.append(f"| {name} | {f['passed']} | {f['skipped']} | {f['failed']} | {f['seconds']:.0f} |")
+    lines += [f"| all, {t['cpu_user_s'] + t['cpu_sys_s']:.0f} s CPU | {t['passed']} | {t['skipped']} | "
+              f"{t['failed']} | {t['wall_s']:.0f} |", "",
+              textwrap.fill(f"{imp['modules']} board-side modules import there ({len(imp['failed'])} fail); "
+                            f"from outside the board side they pull in: {_outside_text(imp)}.", 79), "",
+              textwrap.fill(f"FluidB's `decide()` at an exit, µs, median / p99 of "
+                            f"{r['decision_cost_resnet50_zc706']['repeat']:,} calls; board: {r['machine']}; "
+                            f"host: {r['host']['machine']}:", 79), "",
+              "| queue, outcome | aarch64 under qemu-user | x86-64 host |", "|---|---|---|"]
+    for k, v, h in _costs(r):
+        n, outcome = k.removeprefix("queue=").split(",")
+        lines.append(f"| {int(n):,}, {outcome} | {v['median_us']:.1f} / {v['p99_us']:.1f} | "
+                     f"{h['median_us']:.1f} / {h['p99_us']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def publish(path: Path, md: Path, page: Path) -> None:
+    """Write the block to `md` and paste it into `page` between its include markers."""
+    block = markdown(json.loads(path.read_text()))
+    md.write_text(block)
+    rel = md.resolve().relative_to(page.resolve().parent).as_posix()
+    text = page.read_text()
+    pat = re.compile(rf"(<!-- include:{re.escape(rel)} -->\n).*?(<!-- /include:{re.escape(rel)} -->)", re.S)
+    if not pat.search(text):
+        sys.exit(f"arm64-check: {page} has no <!-- include:{rel} --> markers")
+    page.write_text(pat.sub(lambda m: m.group(1) + block + m.group(2), text))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", type=Path, help="print a finished check's JSON for a person, and stop")
+    ap.add_argument("--markdown", type=Path, nargs=2, metavar=("MD", "PAGE"),
+                    help="with --summary: also write its Markdown block to MD and paste it into PAGE")
     ap.add_argument("--design", type=Path, help="the bundle the decision cost is measured on")
     ap.add_argument("--junit", type=Path, help="pytest's --junitxml output (the tests' counts)")
     ap.add_argument("--host", type=Path, help="this script's JSON from the host, embedded as `host`")
@@ -128,6 +173,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.summary:
         summary(args.summary)
+        if args.markdown:
+            publish(args.summary, *args.markdown)
         return
     if args.design is None:
         ap.error("--design is required")

@@ -138,5 +138,6 @@ in_root /bin/sh -c "cd $CHECK && exec python scripts/arm64_board_check.py --desi
     --where 'under qemu-user' --junit junit.xml --pytest-rc $rc --pytest-times $wall $user $sys" >"$OUT.tmp" \
     || die "the in-root check failed: see $OUT.tmp"
 mv "$OUT.tmp" "$OUT"
-"$HOST_PY" "$REPO/scripts/arm64_board_check.py" --summary "$OUT"
+"$HOST_PY" "$REPO/scripts/arm64_board_check.py" --summary "$OUT" \
+    --markdown "${OUT%.json}.md" "$REPO/docs/deploy.md"
 [ "$rc" = 0 ] || { echo "arm64-check: the tests failed under qemu-aarch64: see $LOGS/arm64-pytest.log" >&2; exit 1; }
