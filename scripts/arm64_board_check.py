@@ -136,7 +136,7 @@ def markdown(r: dict) -> str:
               textwrap.fill(f"{imp['modules']} board-side modules import there ({len(imp['failed'])} fail); "
                             f"from outside the board side they pull in: {_outside_text(imp)}.", 79), "",
               textwrap.fill(f"FluidB's `decide()` at an exit, µs, median / p99 of "
-                            f"{r['decision_cost_resnet50_zc706']['repeat']:,} calls; board: {r['machine']}; "
+                            f"{r['decision_cost_resnet50_zc706']['repeat']:,} calls; arm64 root: {r['machine']}; "
                             f"host: {r['host']['machine']}:", 79), "",
               "| queue, outcome | aarch64 under qemu-user | x86-64 host |", "|---|---|---|"]
     for k, v, h in _costs(r):
