@@ -90,3 +90,10 @@ synth-full: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) $(BUILD) .pytest_cache
+
+## make arm64-check: the board-side tests and FluidB's decision cost on an aarch64 Python (a Debian 12 arm64 root
+## under qemu-user in build/arm64-root, only the board-side extras); needs root and the Debian archive; about
+## 13 min on 2 cores, so not part of make test (docs/deploy.md)
+.PHONY: arm64-check
+arm64-check: $(VENV)/.installed-run
+	HOST_PY=$(CURDIR)/$(BIN)/python scripts/arm64_board_check.sh
