@@ -129,7 +129,7 @@ class EngineCore(wiring.Component):
         if not set(self.placement) <= set(BUFFERS) or not set(self.placement.values()) <= set(RAM_STYLES):
             raise ValueError(f"placement {self.placement}: memories {BUFFERS}, each one of {tuple(RAM_STYLES)}")
         self.h = TP // 2
-        self.sum_depth = L = sum_depth(TP)
+        self.sum_depth = sum_depth(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
         self.modes = supported_k_codes(TR, TP, TC, stackable)

@@ -33,11 +33,9 @@ from __future__ import annotations
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
 
 from fluidnpu.hw.buffered_input import BufferedInput
 from fluidnpu.hw.engine_core import buffer_write_signatures, step_signature
-from fluidnpu.hw.regmap import fbcb_entry_bits
 from fluidnpu.hw.seq_fetcher import SeqFetcher
 from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner
