@@ -39,6 +39,9 @@ from fluidnpu.hw.regmap import (FETCH_AHEAD, K_CODES, ROW_BITS, KCode, buffer_wi
                                 nmax)
 
 ArrayLike = Union[int, float, np.ndarray]
+# one kind of step as `LayerCosts._walk` takes it: weight commands, weight beats, input commands, input
+# beats, steps
+StepKind = tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike, ArrayLike]
 BlockPrice = Callable[..., list]   # `LayerCosts.blocks` or `LayerCosts.stagings`: a block's price in column tiles
 # a layer priced for the DSE's bound and as it is side by side, along a leading axis of their own (the DSE's
 # arrays have at most three: splits, designs, layers): side 0 without the several-port skew (`LayerCosts.skew`)
@@ -694,12 +697,12 @@ class LayerCosts:
         fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
         return self._walk_kinds(kinds, rate) + fixed
 
-    def _walk_kinds(self, kinds: list[tuple], rate: bool = False, handover: bool = False) -> np.ndarray:
+    def _walk_kinds(self, kinds: list[StepKind], rate: bool = False, handover: bool = False) -> np.ndarray:
         """`_walk` of each kind of step (`_step_kinds`), summed."""
         return sum(self._walk(*kind, rate, handover) for kind in kinds)
 
     def _step_kinds(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
-                    pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[tuple]]:
+                    pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[StepKind]]:
         """`fetch`'s fixed cycles and its kinds of step, each as `_walk`'s (weight commands, weight beats,
         input commands, input beats, steps): all of a block's steps, or, where a kernel row ends inside
         some, those steps and the others apart (`split_steps`)."""
@@ -707,7 +710,7 @@ class LayerCosts:
         return fixed, self._kinds(tile, rows)
 
     @staticmethod
-    def _kinds(tile: TileCosts, rows: list[tuple]) -> list[tuple]:
+    def _kinds(tile: TileCosts, rows: list[tuple]) -> list[StepKind]:
         """`_step_kinds`' kinds of step from `_step_rows`' (share of the steps, input commands, input beats,
         steps) and a tile's weights (which go by step count)."""
         if len(rows) == 1:
@@ -1241,7 +1244,7 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(blocks + setups, all_tiles(costs.stagings)[0]), last_block
 
 
-def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, ArrayLike]]:
     """The last pass's blocks as (count, rows, padding) kinds, where a short group's share `pad` of its
     `rows` rows is padding: that group's rows run in sample order, so its padding is the pass's last
     rows: the blocks before its last sample's end have none (pad 0), the blocks after it are all

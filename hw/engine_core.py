@@ -272,7 +272,7 @@ class EngineCore(wiring.Component):
         # ---------------- weight and bias registers ----------------
         W = [[[Signal(signed(16), name=f"w{wb}_{p}_{i}") for i in range(TP)] for p in range(TC)] for wb in range(2)]
         BA = [[Signal(signed(32), name=f"ba{wb}_{p}") for p in range(TC)] for wb in range(2)]
-        BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else None
+        BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else []
         self._weight_writes(m, W, BA, BB, is1, is2, ish, qA, qB)
 
         # ---------------- stage 1 (+ r): operands ----------------
@@ -291,9 +291,9 @@ class EngineCore(wiring.Component):
             lanes_hi = [Array(delay(m, hi_words[b][i], pos[i], f"in{b}_hi{i}") for b in range(NB))
                         for i in range(TP)]
         else:
-            lanes_hi = None
+            lanes_hi = []                               # k=2 only reads the upper lanes
         sA = [delay_taps(m, selA[p], rmax, f"selA{p}") for p in range(TC)]
-        sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else None
+        sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else []
         X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]
         WOP = [[Signal(signed(16), name=f"wop{p}_{i}") for i in range(TP)] for p in range(TC)]
         CA = [Signal(signed(32), name=f"ca{p}") for p in range(TC)]
@@ -363,8 +363,10 @@ class EngineCore(wiring.Component):
             if has_k2:
                 in0 = Mux(is2, pairs[c] if c < len(pairs) else Const(0, signed(32)), in0)
             if has_kh:
-                in0 = Mux(ish, halves[c][0], in0)
-                in1 = Mux(ish, halves[c][1], in1)
+                half = halves[c]
+                assert half is not None, "a k=1/2 engine's trees split at the half"
+                in0 = Mux(ish, half[0], in0)
+                in1 = Mux(ish, half[1], in1)
             for i, inp in ((0, in0), (1, in1)):
                 old = acc_mem[i][1].data[32 * c:32 * (c + 1)].as_signed()
                 m.d.comb += new[i][c].eq(Mux(a_tap["first"], 0, old) + inp)
