@@ -17,18 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 import platform
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from fluidnpu.boards import load_board
 from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.designs import design_for
-from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.fluidb import FluidB
 from fluidnpu.scheduler_fw.latency import LatencyTable
+from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.registry import FLUID, R_B8
 from fluidnpu.scheduler_fw.samples import RequestQueue
 from fluidnpu.scheduler_fw.simulation import Setting, run_once

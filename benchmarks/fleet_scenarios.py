@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--only", default="ramp,three,three-serve-batch,kill")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "fleet")
     args = ap.parse_args()
-    from plan_headroom import ensure_designs      # the example's bundles, from the design cache
+    from plan_headroom import ensure_designs  # the example's bundles, from the design cache
 
     ensure_designs(load_fleet_file(EXAMPLE / "fleet.json"))
     results = [run_scenario(n, SCENARIOS[n], args.epoch, args.headroom, args.slo_margin, args.seed,

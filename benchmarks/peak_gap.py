@@ -48,10 +48,11 @@ the board peak at every b.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -59,8 +60,17 @@ import numpy as np
 from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
-from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
-                                 explore, k_codes, modes_of)
+from fluidnpu.dse.search import (
+    Choice,
+    DSEOptions,
+    LayerShapes,
+    buffered_modes,
+    choice_setup,
+    evaluate_design,
+    explore,
+    k_codes,
+    modes_of,
+)
 from fluidnpu.hw.regmap import fill_regions
 from fluidnpu.workload import Workload
 from fluidnpu.zoo import zoo_model
@@ -83,8 +93,8 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     fast_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports)
     free_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0)
     # each layer at its plan's choice: from DDR, or buffered where the pick's plan buffers it
-    modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing), **buffered_modes(TP, TC, shapes, ks, x, timing)}
-                              for x in (bus, fast_bus, free_bus))
+    modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing),
+                               **buffered_modes(TP, TC, shapes, ks, x, timing)} for x in (bus, fast_bus, free_bus))
     buffered_modes_ = modes_of(TP, TC, shapes, ks, bus, timing, fill=shapes.fills(r.TP, r.TC))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     memory_rate = board.bytes_per_cycle(r.clock_mhz)

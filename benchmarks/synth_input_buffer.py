@@ -13,8 +13,8 @@ on 2 cores (the halves' 144 BRAM36 cascades dominate).
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np

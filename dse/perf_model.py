@@ -30,15 +30,25 @@ space in one call.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Callable, NamedTuple, Sequence, Union
+from typing import NamedTuple
 
 import numpy as np
 
-from fluidnpu.hw.regmap import (FETCH_AHEAD, K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth,
-                                nmax)
+from fluidnpu.hw.regmap import (
+    FETCH_AHEAD,
+    K_CODES,
+    ROW_BITS,
+    KCode,
+    buffer_window,
+    fill_chunk,
+    k_dims,
+    mode_depth,
+    nmax,
+)
 
-ArrayLike = Union[int, float, np.ndarray]
+ArrayLike = int | float | np.ndarray
 # one kind of step as `LayerCosts._walk` takes it: weight commands, weight beats, input commands, input
 # beats, steps
 StepKind = tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike, ArrayLike]
@@ -143,7 +153,7 @@ class TileCosts:
     groups: np.ndarray | None = None    # ... for the groups the tile was priced for (`LayerCosts.tile`)
 
 
-def astuple_shallow(tile: "TileCosts | LayerParts") -> tuple[np.ndarray, ...]:
+def astuple_shallow(tile: TileCosts | LayerParts) -> tuple[np.ndarray, ...]:
     """A TileCosts' (or LayerParts') arrays in field order (dataclasses.astuple would deep-copy them)."""
     return tuple(getattr(tile, f.name) for f in fields(tile))
 
@@ -185,12 +195,12 @@ class Bus:
 
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
-           ports: int = 0, command_cycles: float = 1.0, walkers: int = 2, gather: bool = False) -> "Bus":
+           ports: int = 0, command_cycles: float = 1.0, walkers: int = 2, gather: bool = False) -> Bus:
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
                    word_bytes, ports, command_cycles, walkers, gather)
 
     @classmethod
-    def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
+    def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> Bus:
         """n AXI ports of `port_bytes` each at one beat a cycle (the RTL's `AxiDma(ports=n)` on an ideal memory)."""
         return cls.of(n * port_bytes, port_bytes, word_bytes, n)
 
@@ -298,7 +308,7 @@ class FillShape:
 
     @classmethod
     def of(cls, TP: ArrayLike, TC: ArrayLike, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike,
-           kh: ArrayLike, row_words: ArrayLike) -> "FillShape":
+           kh: ArrayLike, row_words: ArrayLike) -> FillShape:
         """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays
         (designs as arrays too: the DSE's design spaces)."""
         geo = tuple(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
@@ -306,7 +316,7 @@ class FillShape:
             return cls(*geo, chunk=fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP))))
         return cls(*geo, chunk=fill_chunks(np.asarray(TP), np.asarray(TC)))
 
-    def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> "FillShape":
+    def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> FillShape:
         """A fill linear in a block's rows, below this one for every block of t_lo..t_hi rows: the fewest
         input rows a block row fills on that range, at each of its ends and at one sample's pixels
         (between them the rows a row fills are monotone: c + a / t, in_h / t). The DSE's lower bound on a
@@ -581,8 +591,8 @@ class LayerCosts:
         (docs/interpretations.md, "Two walkers on one port"). `handover`: to the cycle after the steps'
         last commands, not to the next step's start: on several ports the weight walker's cycle a step
         follows its last command and delays the next step, not this one's data (`block`'s balance
-        term times a step's hand-over; docs/interpretations.md, "The hand-over on several ports"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
-        beats of both in one stream."""
+        term times a step's hand-over; docs/interpretations.md, "The hand-over on several ports"). One
+        walker (`Bus.walkers` = 1, a what-if): the commands and the beats of both in one stream."""
         beats = w_beats + in_beats
         if self.bus.walkers == 1:
             return np.maximum(w_cmds + in_cmds, beats)
@@ -616,8 +626,8 @@ class LayerCosts:
         not for a buffered layer, whose inputs come from the buffer), and the
         zero fills of a short group's padding rows after them (`_padding_zeros`).
         `extra`: fetcher cycles spent before the block (a new pass's set-up).
-        The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
-        group units): zero-fill reads and no write-back.
+        The writer drains the previous block on the write channel meanwhile. `pad`: the share of a
+        group's rows that are a short group's padding (in group units): zero-fill reads and no write-back.
         """
         return self.blocks(t, (tile,), groups, extra, pad)[0]
 
@@ -773,7 +783,8 @@ class LayerCosts:
         runs = np.minimum(self.in_runs, self.n_p) if bus.gather else np.asarray(self.in_runs, dtype=float)
         in_beats = np.asarray(self.in_beats, dtype=float)
         first_runs, first_beats = (0.0, 0.0) if bus.gather else (self.first_runs, self.first_beats)
-        return (runs * bus.command_cycles, in_beats * bus.beat_cycles, (in_beats - runs * bus.zero_beats) * bus.beat_cycles,
+        return (runs * bus.command_cycles, in_beats * bus.beat_cycles,
+                (in_beats - runs * bus.zero_beats) * bus.beat_cycles,
                 np.asarray(first_runs) * bus.command_cycles, np.asarray(first_beats) * bus.beat_cycles)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
@@ -1472,7 +1483,8 @@ def fill_shape(geometry, TP: int, TC: int) -> FillShape:
     return FillShape.of(TP, TC, g.out_w, g.out_h, g.in_h, g.sh, g.kh, g.in_w * getattr(g, "in_pitch", g.cin))
 
 
-def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
+def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike,
+                 TC: ArrayLike) -> np.ndarray:
     """Cycles at 100% MAC utilisation: the peak-performance lower bound."""
     return np.asarray(G) * np.asarray(R) * np.asarray(P) * np.asarray(C) * b / (np.asarray(TP) * np.asarray(TC))
 

@@ -9,14 +9,23 @@ exactly, and `schedule_cycles` must equal the closed form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import functools
-from typing import Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerCosts, TileCosts, bias_chunk,
-                                     descriptor_reads, layer_costs, mode_dims)
+from fluidnpu.dse.perf_model import (
+    DEFAULT_TIMING,
+    Bus,
+    EngineTiming,
+    LayerCosts,
+    TileCosts,
+    bias_chunk,
+    descriptor_reads,
+    layer_costs,
+    mode_dims,
+)
 from fluidnpu.hw.regmap import ROW_BITS, mode_depth
 
 

@@ -21,7 +21,8 @@ last backbone layer). Inputs are HWC: transpose NCHW images with
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

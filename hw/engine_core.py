@@ -35,7 +35,7 @@ step's last row has passed the multipliers, however short the step.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
@@ -43,8 +43,18 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from fluidnpu.hw.mac_tree import adder_tree, delay, delay_taps, dsp_chain
-from fluidnpu.hw.regmap import (BUFFERS, RAM_STYLES, KCode, bank_select_bits, chain_position, chains, mode_depth,
-                                nmax as npu_nmax, sum_depth, supported_k_codes)
+from fluidnpu.hw.regmap import (
+    BUFFERS,
+    RAM_STYLES,
+    KCode,
+    bank_select_bits,
+    chain_position,
+    chains,
+    mode_depth,
+    nmax as npu_nmax,
+    sum_depth,
+    supported_k_codes,
+)
 
 K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
@@ -233,7 +243,7 @@ class EngineCore(wiring.Component):
         # NB banks, each split into a lanes [0,TP) memory (lo) and a lanes [TP,2TP)
         # memory (hi): a k=2 row uses both at one address, k=1 and k=1/2 rows
         # alternate between them, so the buffer holds TR x TP lanes per ib half.
-        D = -(-(-(-TR // NB)) // 2)
+        D = -(-TR // NB // 2)
         lo_mem, hi_mem = [], []
         for b in range(NB):
             for lst, nm in ((lo_mem, "lo"), (hi_mem, "hi")):

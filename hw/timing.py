@@ -34,11 +34,11 @@ boundaries.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 import json
-from pathlib import Path
 import re
 import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError
@@ -103,7 +103,7 @@ class TimingReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TimingReport":
+    def from_dict(cls, d: dict[str, Any]) -> TimingReport:
         def path(p: dict[str, Any]) -> TimingPath:
             return TimingPath(p["lut_levels"], p["carry"], p["muxf"], PathStep(**p["start"]), PathStep(**p["end"]),
                               [PathStep(**s) for s in p["steps"]])

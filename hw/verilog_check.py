@@ -16,12 +16,13 @@ submodules are not needed for the ports and would cost seconds per megabyte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
 import re
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import m_axi_name

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +44,8 @@ def test_dse_json_and_bundle(resnet_bundle):
 
 
 def test_dse_reports_the_timing_proxy(resnet_bundle):
-    from fluidnpu.dse.timing_model import design_timing
-
     from fluidnpu.dse.resource_model import input_buffer_per_bank
+    from fluidnpu.dse.timing_model import design_timing
 
     path, summary = resnet_bundle
     d = summary["design"]

@@ -257,7 +257,7 @@ def test_length_distributions_are_data_with_sources():
 # ---- asynchronous execution, observed through a fake device ----------------------------------
 
 class FakeEvent:
-    def __init__(self, dev: "FakeDevice", stream: int, deps: list["FakeEvent"]) -> None:
+    def __init__(self, dev: FakeDevice, stream: int, deps: list[FakeEvent]) -> None:
         self.dev, self.stream, self.deps, self.done = dev, stream, deps, False
         self.id = len(dev.events)
 
@@ -274,7 +274,7 @@ class FakeStream:
 
     cuda = False
 
-    def __init__(self, dev: "FakeDevice") -> None:
+    def __init__(self, dev: FakeDevice) -> None:
         self.dev, self.id, self.last, self.waits = dev, len(dev.streams), None, []
         dev.streams.append(self)
 

@@ -12,8 +12,8 @@ import ast
 import json
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fluidnpu.boards.catalog import BOARD_DIR, load_board
 from fluidnpu.bundle import bundle_from_result, load_bundle
@@ -251,7 +251,8 @@ def _imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
     return found

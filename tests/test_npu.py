@@ -246,8 +246,17 @@ def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path, m
     import sys
     from dataclasses import asdict
 
-    from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
-                                           case_model_cycles, config_name, model_layer_cycles, one_layer_case)
+    from fluidnpu.sim_tb.agreement import (
+        AGREEMENT_CONFIGS,
+        PICK_ENGINE,
+        PICK_LAYERS,
+        AgreementRow,
+        agreement_cases,
+        case_model_cycles,
+        config_name,
+        model_layer_cycles,
+        one_layer_case,
+    )
 
     mod = benchmark_module("rtl_agreement")
 

@@ -7,13 +7,13 @@ injects it in place of fluidnpu.hw.npu.
 
 from __future__ import annotations
 
-from dataclasses import replace
 import json
-from pathlib import Path
 import shutil
 import subprocess
 import sys
 import types
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +28,8 @@ from fluidnpu.bundle import bundle_from_result
 from fluidnpu.cli import main
 from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.hw.axi import axi4_signature, axi_lite_signature
-from fluidnpu.hw.regmap import REG, NpuParams, design_hash
 from fluidnpu.hw.registers import NpuRegisters
+from fluidnpu.hw.regmap import REG, NpuParams, design_hash
 from fluidnpu.hw.vivado_wrapper import top_ports, vivado_wrapper
 
 BIN = Path(sys.executable).parent

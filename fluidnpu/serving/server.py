@@ -25,10 +25,9 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from fluidnpu.errors import FluidError
-
 
 POLICY_SLO_SHARE = 0.6
 
@@ -39,12 +38,12 @@ class Server:
 
     engine: Any
     model: Any
-    token: Optional[str]
-    tls: Optional[tuple[str, str]]
+    token: str | None
+    tls: tuple[str, str] | None
     metrics: Any
 
 
-def read_token(token_file: Optional[str]) -> Optional[str]:
+def read_token(token_file: str | None) -> str | None:
     """The bearer token in `--token-file` (None without one), or a one-line error."""
     if not token_file:
         return None
@@ -136,7 +135,7 @@ class _Uvicorn:
     """uvicorn.Server without its own signal handling (the serve loop drains first, then stops it)."""
 
     @staticmethod
-    def make(app: Any, host: str, port: int, tls: Optional[tuple[str, str]]) -> Any:
+    def make(app: Any, host: str, port: int, tls: tuple[str, str] | None) -> Any:
         import uvicorn
 
         class Quiet(uvicorn.Server):
@@ -261,18 +260,17 @@ def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[s
             "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
 
 
-def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str], model: str, policy: str,
-                  slo_ms: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
-                  grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-                  pace: Optional[str], uio: str, stop_after_s: Optional[float] = None,
-                  stop_file: Optional[str] = None) -> dict[str, Any]:
+def serve_command(*, device: str, design: str | None, bitstream: str | None, model: str, policy: str,
+                  slo_ms: float, max_queue: int, tau: float, bmax: int | None, host: str, http_port: int,
+                  grpc_port: int, token_file: str | None, tls_cert: str | None, tls_key: str | None,
+                  pace: str | None, uio: str, stop_after_s: float | None = None,
+                  stop_file: str | None = None) -> dict[str, Any]:
     """Check the options, open the device, serve until SIGTERM (or `stop_file` appears: for callers that
     run the server in a thread of their own); the final counters."""
     from fluidnpu.host_driver.serving import _check_design, load_network
     from fluidnpu.quantize import check_tau
     from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
-
     from fluidnpu.serving.protocol import check_runtime_model
 
     check_runtime_model(model, "serve")

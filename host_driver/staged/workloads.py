@@ -16,7 +16,8 @@ ResNet-34-like CNN at 224x224, a 4-level UNet at 256x256) plus overrides.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -309,7 +310,8 @@ def eecnn_workload(size: str = "tiny", seed: int = 0, threshold: float = 0.6, **
     return ModelSpec(f"eecnn-{size}", mods, _image_collate(torch), example, exits=exits, sample=sample)
 
 
-WORKLOADS: dict[str, Callable[..., ModelSpec]] = {"bert": bert_workload, "cnn": cnn_workload, "unet": unet_workload, "eecnn": eecnn_workload}
+WORKLOADS: dict[str, Callable[..., ModelSpec]] = {"bert": bert_workload, "cnn": cnn_workload, "unet": unet_workload,
+                                                  "eecnn": eecnn_workload}
 
 
 def build_workload(name: str, size: str = "tiny", **kw) -> ModelSpec:

@@ -25,10 +25,11 @@ Pure Python (no numpy): it is small enough to re-plan on a board's ARM.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-import math
-from typing import Sequence, cast
+from typing import cast
 
 EPS = 1e-9
 

@@ -16,10 +16,11 @@ Pure Python: board-side friendly.
 
 from __future__ import annotations
 
-from collections import deque
 import math
 import random
-from typing import Any, Callable
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from fluidnpu.scheduler_fw.fleet.nexus import Node, Profile
 from fluidnpu.scheduler_fw.serving import Clock

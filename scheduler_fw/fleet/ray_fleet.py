@@ -29,15 +29,16 @@ The @serve.batch baseline on the same emulated boards is fleet/serve_batch.py.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
 import math
 import random
 import re
 import threading
 import time
-from typing import Any, Sequence
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Node, Plan, Profile
@@ -197,7 +198,7 @@ class NodeWorker:
                     continue
                 finished = loop.cycle()   # submit() appends meanwhile: deques are thread-safe
                 self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
-            for _, arrival, done, job in finished:
+            for _, _arrival, done, job in finished:
                 job.fut.set_result(done)
             self.answered += len(finished)
 

@@ -9,8 +9,15 @@ from typing import Any
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.host_driver.staged.slicing import (DEFAULT_BATCH_SIZES, StageProfile, choose_stage_count,
-                                                profile_from_module_times, profile_modules, stage_cuts, stage_tries)
+from fluidnpu.host_driver.staged.slicing import (
+    DEFAULT_BATCH_SIZES,
+    StageProfile,
+    choose_stage_count,
+    profile_from_module_times,
+    profile_modules,
+    stage_cuts,
+    stage_tries,
+)
 from fluidnpu.scheduler_fw.gpu.policies import POLICIES, DelayBatch, DVABatch, ExitAwareDVA, ZeroBatch
 from fluidnpu.scheduler_fw.gpu.runner import DEFAULT_STAGES
 from fluidnpu.scheduler_fw.gpu.turbo import CostTable, NaiveBatch, NoBatch, TurboDP, warmup_cost_table
