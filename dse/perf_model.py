@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -709,7 +709,8 @@ class LayerCosts:
 
     def _walk_kinds(self, kinds: list[StepKind], rate: bool = False, handover: bool = False) -> np.ndarray:
         """`_walk` of each kind of step (`_step_kinds`), summed."""
-        return sum(self._walk(*kind, rate, handover) for kind in kinds)
+        # an array: every block has at least one kind of step
+        return cast(np.ndarray, sum(self._walk(*kind, rate, handover) for kind in kinds))
 
     def _step_kinds(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
                     pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[StepKind]]:

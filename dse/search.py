@@ -609,7 +609,7 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     lose cannot be the pick) and told this space's best, so the pick does not change.
     """
 
-    def above(x: np.ndarray | float) -> np.ndarray:
+    def above(x: np.ndarray | float) -> np.ndarray | bool:
         return (x >= floor) if ties else (x > floor)
 
     keep_ties = ties

@@ -120,7 +120,7 @@ def planning_cycles(sched: LayerSchedule) -> int:
     wide = 2 * (ROW_BITS + 2)                                    # n and s on the 24-bit divider
     bp = len(sample_groups(sched.b, sched.BR))
     packed = max(b.c1 for b in sched.blocks) <= sched.TCk      # C <= TCk: groups per pass divided out
-    passes = []                      # (groups, rows) of each pass, from its blocks in the first column tile
+    passes: list[list] = []          # (groups, rows) of each pass, from its blocks in the first column tile
     for blk in sched.blocks:
         if blk.c0 != sched.blocks[0].c0:
             continue

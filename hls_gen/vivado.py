@@ -85,7 +85,7 @@ class PsFamily:
 
 
 def _z7_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
-    hp = {}
+    hp: dict[str, str] = {}
     for i in range(ports):
         hp |= {f"CONFIG.PCW_USE_S_AXI_HP{i}": "1", f"CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH": str(hp_width)}
     return {"CONFIG.PCW_USE_M_AXI_GP0": "1", **hp,
@@ -95,7 +95,7 @@ def _z7_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
 
 
 def _zynqmp_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
-    hp = {}
+    hp: dict[str, str] = {}
     for i in range(ports):      # S_AXI_HP<i>_FPD is S_AXI_GP<i+2>
         hp |= {f"CONFIG.PSU__USE__S_AXI_GP{i + 2}": "1", f"CONFIG.PSU__SAXIGP{i + 2}__DATA_WIDTH": str(hp_width)}
     return {"CONFIG.PSU__USE__M_AXI_GP0": "1", "CONFIG.PSU__USE__M_AXI_GP1": "0",

@@ -114,7 +114,7 @@ class ModelDevice(Device):
         n = reg.name
         p = self.params
         if n == "ID" or n == "VERSION":
-            return reg.reset
+            return reg.reset or 0            # constants: never None
         if n.startswith("CFG_"):
             return p.cfg_values[n] & _MASK32
         if n.startswith("CYC_"):

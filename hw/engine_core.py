@@ -36,6 +36,7 @@ step's last row has passed the multipliers, however short the step.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
@@ -244,7 +245,8 @@ class EngineCore(wiring.Component):
         # memory (hi): a k=2 row uses both at one address, k=1 and k=1/2 rows
         # alternate between them, so the buffer holds TR x TP lanes per ib half.
         D = -(-TR // NB // 2)
-        lo_mem, hi_mem = [], []
+        lo_mem: list[tuple[Any, Any]] = []             # (write port, read port) a bank
+        hi_mem: list[tuple[Any, Any]] = []
         for b in range(NB):
             for lst, nm in ((lo_mem, "lo"), (hi_mem, "hi")):
                 mem = Memory(shape=unsigned(16 * TP), depth=2 * D, init=[], attrs=self._ram_attrs("input"))

@@ -551,7 +551,7 @@ def fbcb_table(bundle: Any) -> list[int]:
     """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
     d = _bundle_data(bundle)
     bmax = int(d["bmax"])
-    words = []
+    words: list[int] = []
     for row in d["fbcb"]["entries"]:
         if len(row) != bmax:
             raise FluidError(f"FBCB row has {len(row)} entries, expected Bmax = {bmax}")

@@ -219,7 +219,7 @@ def _check_tcl(tcl: Mapping[str, str], top: Mapping[str, VPort], top_name: str) 
     from fluidnpu.hw.regmap import WINDOW_BYTES
 
     problems = []
-    values = {}
+    values: dict[str, str] = {}
     for text in tcl.values():
         values |= dict(re.findall(r"^set (fluidnpu_\w+) (\S+)$", text, re.M))
     checks = {"fluidnpu_top": top_name, "fluidnpu_window": str(WINDOW_BYTES)}

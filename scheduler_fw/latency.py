@@ -74,7 +74,7 @@ class LatencyTable:
         env = [[max(row[:b]) for b in range(1, bmax + 1)] for row in self.segment_seconds]
         cum = [_prefix([env[s][b] for s in range(n_seg)]) for b in range(bmax)]
         layer_cum = [_prefix([self.layer_seconds[li][b] for li in range(n_layers)]) for b in range(bmax)]
-        seg_of_layer = []
+        seg_of_layer: list[int] = []
         for s, stop in enumerate(self.segment_stops):
             seg_of_layer += [s] * (stop - len(seg_of_layer))
         object.__setattr__(self, "_cum", cum)

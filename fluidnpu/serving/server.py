@@ -210,7 +210,8 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     server = Server(engine, model, cfg["token"], cfg["tls"], metrics)
-    started, stop, failed = threading.Event(), [], []
+    started, failed = threading.Event(), []
+    stop: list = []                     # the transports' event, loop and ports, as `_transports` appends them
 
     def transports() -> None:
         try:

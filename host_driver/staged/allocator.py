@@ -204,7 +204,7 @@ def compare_allocators(lengths: Sequence[int], batch: int = 1, max_idle: int = 0
     device allocation), and fragmentation (1 - the inference's live peak / memory reserved while it
     ran, averaged over the stream)."""
     alg, cache = SequenceLengthAwareAllocator(max_idle=max_idle), CachingAllocator()
-    frag = {"alg1": [], "caching": []}
+    frag: dict[str, list[float]] = {"alg1": [], "caching": []}
     tensors = 0
     for n in lengths:
         us = bert_usages(batch, int(n), **bert)

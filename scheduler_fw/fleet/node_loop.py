@@ -101,7 +101,7 @@ class DutyCycleNode:
         clock, node = self.clock, self.node
         start = self.next_start
         clock.sleep_until(start)
-        done = []
+        done: list[tuple] = []
         for j, i in enumerate(self.order):
             s = node.slots[i]
             p = self.profiles[s.model]
@@ -109,7 +109,8 @@ class DutyCycleNode:
                 clock.sleep_until(clock.now() + p.switch_s)
                 self.loaded = s.model
             clock.sleep_until(start + self.offsets[j])
-            now, q, batch = clock.now(), self.queues[j], []
+            now, q = clock.now(), self.queues[j]
+            batch: list = []
             self.lateness.append(now - start - self.offsets[j])
             while q and q[0][0] <= now and len(batch) < s.batch:
                 batch.append(q.popleft())
