@@ -1,4 +1,4 @@
-"""GPU batching benchmarks (issue 6, item 6), in one command:
+"""GPU batching benchmarks, in one command:
 
     .venv/bin/python benchmarks/bench_gpu.py            # CUDA if available, else a reduced CPU run
 

@@ -1,4 +1,4 @@
-"""Benchmark: the runtime's speed on the digits network (issue 5).
+"""Benchmark: the runtime's speed on the digits network.
 
 * ModelDevice samples/s through NetworkRuntime (quantise the inputs, place
   and run each exit segment's subnet through NpuDriver's register protocol,

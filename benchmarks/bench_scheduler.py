@@ -1,4 +1,4 @@
-"""Benchmark: the scheduler's cost and the simulator's speed (issue 4).
+"""Benchmark: the scheduler's cost and the simulator's speed.
 
 * FluidB's decision cost per preemption-point evaluation: one `decide()` at
   an exit, including forming the backfill batch, for queues of 10 to 100,000

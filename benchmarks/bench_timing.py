@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                   + f"; worst structure |err| {max(x['worst_structure'] for x in loo)}")
     console.print(f"fitted TimingCosts(base={costs.base!r},\n            per_level={costs.per_level!r})")
     console.print("DEFAULT_COSTS " + ("equals the fit" if costs == DEFAULT_COSTS else "differs from the fit: paste it"))
-    # the four picks of docs/dse.md (wave 3d, 2026-11-27): <TR, TP, TC>, Bmax, input banks
+    # four full-size design points the fit is checked on: <TR, TP, TC>, Bmax, input banks
     picks = [(2091, 14, 64, 8, 2), (778, 27, 64, 8, 2), (1224, 16, 56, 8, 2), (1224, 36, 48, 8, 2)]
     for TR, TP, TC, bmax, nb in picks:
         est = design_timing(TR, TP, TC, bmax, DEFAULT_COSTS if DEFAULT_COSTS.base else costs, banks=nb)

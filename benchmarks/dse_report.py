@@ -102,7 +102,7 @@ def _row(model: str, board_name: str, scheme: str, r, board) -> dict:
 
 def picks_markdown(rows: list[dict]) -> str:
     """The four picks (both zoo models with exits on both boards, `fluidnpu dse`'s default, Bmax 8) against
-    issue 7's targets: DSP >= 98 %, LUT <= 80 %, the rest <= 100 %, >= 88 % of the board's DSP peak for
+    the utilisation targets: DSP >= 98 %, LUT <= 80 %, the rest <= 100 %, >= 88 % of the board's DSP peak for
     ResNet-50 at b = 4..8."""
     out = ["| model / board | pick <TR, TP, TC> | PEs | banks NB | AXI ports P | input buffer (words a half) "
            "| DSP | LUT | FF | BRAM36 | URAM | GOp/s b=1 | b=4 | b=8 "

@@ -1,4 +1,4 @@
-"""Does the scheduler evaluation's headline move with the run length? (issue 15)
+"""Does the scheduler evaluation's headline move with the run length?
 
     .venv/bin/python benchmarks/eval_run_length.py [--seeds 3] [--samples 2000,4000,8000] [--jobs 2]
 

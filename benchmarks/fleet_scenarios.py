@@ -1,4 +1,4 @@
-"""Issue 13's scenarios on Ray with emulated boards: a ramp, three ramps together, a board killed mid-run.
+"""The fleet's scenarios on Ray with emulated boards: a ramp, three ramps together, a board killed mid-run.
 
 The example fleet (docs/examples/fleet/fleet.json: 4 ZC706 boards with the
 ResNet-50 design, 2 ZCU104 boards with the Inception-v3 design), every board

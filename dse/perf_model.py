@@ -77,7 +77,7 @@ class EngineTiming:
     staging loop's fixed cycles beyond fill_base + the pipeline, a block's rows
     and its writes (`LayerCosts.staging`): 3 from a block's last step handed
     over to its first row in the MACs, 1 from its last write to the next
-    hand-over that waits for its half (traced, docs/rtl-agreement.md, wave 3n).
+    hand-over that waits for its half (traced, docs/rtl-agreement.md).
 
     The register stages the timing proxy asks for (docs/resources.md, "Timing
     proxy") are priced where the RTL adds them: the requantiser's stage adds 1
@@ -93,7 +93,7 @@ class EngineTiming:
     on the ports where those bind: its reads wait in the ports until the core
     releases the staging half they fill, and then restart through the DMA's
     in-order merge (`LayerCosts.block`; fitted on the several-port agreement
-    cases, docs/rtl-agreement.md, wave 3q; one port pays none).
+    cases, docs/rtl-agreement.md; one port pays none).
     """
 
     word_bytes: int = 2
@@ -186,7 +186,7 @@ class Bus:
     """2: the RTL, whose weight walker and input walker issue side by side on two command streams,
     the DMA dealing a command of each a cycle and the loader taking a response of each a cycle
     (`LayerCosts.fetch`; docs/hw-architecture.md, "Two walkers"). 1: the what-if
-    (benchmarks/peak_gap.py) of the wave-3b fetcher, a step's weight reads and then its input reads
+    (benchmarks/peak_gap.py) of a fetcher with one walker, a step's weight reads and then its input reads
     on one command stream."""
     gather: bool = False
     """False: the RTL, one DMA command per im2col run (a kernel row's piece of a step, or a tap where

@@ -25,7 +25,7 @@ from fluidnpu.errors import FluidError
 from fluidnpu.output import MAX_BATCH, MAX_SAMPLES, FloatRange, check_writable, emit_json, err, os_error_message, out
 from fluidnpu.tables import print_table
 
-_emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
+_emit_json = emit_json  # for callers of this module's private name; fluidnpu.output.emit_json is the one
 
 
 def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:

@@ -20,7 +20,7 @@ the previous step has been handed over, which is when the core lets that half
 be overwritten, so the reads of the steps beyond wait in the DMA's ports, in
 order, and a step's round trip overlaps the core's work on the steps before
 it instead of following them (with two, a short step waited for its round
-trip every other step: docs/rtl-agreement.md, wave 3u).
+trip every other step: docs/rtl-agreement.md).
 """
 
 from __future__ import annotations

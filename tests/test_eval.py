@@ -207,7 +207,7 @@ def test_headline_does_not_move_with_run_length(shared_dse_cache):
         assert max(vals) / min(vals) < 1.05, vals
     assert {h["points"] for h in heads.values()} == {heads[2000]["points"]} and heads[2000]["points"] >= 2
     assert heads[2000]["saturated_points"]            # SERIAL and R-AdaptB-S saturate at 20-25/s on their designs
-    # the old aggregate over every point (saturated ones included) moves with the run length more than the headline
+    # the aggregate over every point (saturated ones included) moves with the run length more than the headline
     new = {n: h["mean_latency_gain"] for n, h in heads.items()}
     assert abs(math.log(old[8000] / old[2000])) > 2 * abs(math.log(new[8000] / new[2000]))
 

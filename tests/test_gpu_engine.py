@@ -374,7 +374,7 @@ def test_serial_mode_is_serial_and_one_buffer_pair_is_not():
             for (_, prev), (i, _) in zip(recs, recs[1:]):
                 assert dev.at("complete", prev) < i
     assert most[(True, 2)] == most[(True, 1)] == 1
-    # docs/gpu.md used to say one buffer pair makes the stages serial: stages that share no boundary still overlap
+    # one buffer pair does not make the stages serial: stages that share no boundary still overlap
     assert most[(False, 1)] >= 2 and most[(False, 2)] >= 3
 
 

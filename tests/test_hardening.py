@@ -1,4 +1,4 @@
-"""Bad inputs on every command end in one line on stderr and exit code 2, never a traceback (issue 14).
+"""Bad inputs on every command end in one line on stderr and exit code 2, never a traceback.
 
 Every command runs in this process through `fluidnpu.cli.main` (what the `fluidnpu` script calls), with:
 an unwritable output path, a directory where a file belongs, an empty file, garbage JSON, a symlink
@@ -70,7 +70,7 @@ def bad_files(tmp_path, good_bundle) -> dict[str, tuple[Path, str]]:
     (tmp_path / "loop_a.json").symlink_to(tmp_path / "loop_b.json")
     (tmp_path / "loop_b.json").symlink_to(tmp_path / "loop_a.json")
     data = json.loads(good_bundle.read_text())
-    data["design"]["TP"] = max(1, data["design"]["TP"] - 1)  # the "24 -> 5" edit of issue 14
+    data["design"]["TP"] = max(1, data["design"]["TP"] - 1)  # a hand edit the design hash must catch
     (tmp_path / "edited.json").write_text(json.dumps(data))
     return {"directory": (tmp_path / "adir", "directory"), "empty": (tmp_path / "empty.json", "empty"),
             "garbage": (tmp_path / "garbage.json", "not valid JSON"),

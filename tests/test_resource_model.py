@@ -515,7 +515,7 @@ def test_the_block_input_buffer_model_matches_yosys():
         if pt["fit"]:
             assert abs(lut - pt["lut"]) <= 0.08 * pt["lut"], pt
         else:
-            # the wave-3l pick's buffer, synthesized after the fit: its read muxes cost fewer LUTs than
+            # a pick's buffer, outside the fit: its read muxes cost fewer LUTs than
             # the fit's slope (the model is above by at most a quarter)
             assert pt["lut"] <= lut <= 1.25 * pt["lut"], pt
     for cu in doc["control_units"]:

@@ -287,7 +287,7 @@ def test_mid_size_npu_generates_quickly_and_lints(tmp_path):
     (tmp_path / "fluidnpu_npu.v").write_text(to_verilog(top, "fluidnpu_npu", emit_src=False))
     (tmp_path / "fluidnpu_top.v").write_text(vivado_wrapper(top, "fluidnpu_npu"))
     spent = cpu() - c0
-    assert spent < 30, f"generation took {spent:.0f} CPU-s"  # the old netlist: ~53 s
+    assert spent < 30, f"generation took {spent:.0f} CPU-s"
     if not VERILATOR:
         pytest.skip("verilator is not installed")
     proc = subprocess.run([VERILATOR, "--lint-only", "-Wno-fatal", "--top-module", "fluidnpu_top",

@@ -1,4 +1,4 @@
-"""A plan as JSON (the format issue 13 fixes for other tools) and as the seed write-up prints it."""
+"""A plan as JSON (a fixed format, for other tools to read) and as the seed write-up prints it."""
 
 from __future__ import annotations
 

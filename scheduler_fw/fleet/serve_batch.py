@@ -1,6 +1,6 @@
 """The baseline a Ray user has today: Ray Serve's static `@serve.batch` per model, one replica per device.
 
-Issue 13 compares the Nexus fleet (fleet/ray_fleet.py) with what Ray Serve
+The fleet benchmarks compare the Nexus fleet (fleet/ray_fleet.py) with what Ray Serve
 offers out of the box on the same devices and load: every session (a model
 with its SLO) gets its own deployment(s) whose replicas are pinned one per
 device by the kind's custom resource (`fluidnpu_<device>`), and each replica
