@@ -145,11 +145,11 @@ class TileCosts:
     row_beats: np.ndarray      # beats of one weight row's first copy (one DMA command, on one port)
     copies_beats: np.ndarray   # beats of one weight row's copies, one per group (that many commands)
     last_copy_beats: np.ndarray  # beats of the last group's copy, the longest (w * groups words)
-    weight_cmds: np.ndarray = 0.0       # `weights`' commands alone (cycles at the command rate) ...
-    weight_beats: np.ndarray = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
-    first_weight_cmds: np.ndarray = 0.0  # the same of the first step's weight rows + bias
-    first_weight_beats: np.ndarray = 0.0
-    last_weight: np.ndarray = 0.0       # several ports: when a step's last weight copy is in (`port_skew`'s f_w) ...
+    weight_cmds: ArrayLike = 0.0       # `weights`' commands alone (cycles at the command rate) ...
+    weight_beats: ArrayLike = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
+    first_weight_cmds: ArrayLike = 0.0  # the same of the first step's weight rows + bias
+    first_weight_beats: ArrayLike = 0.0
+    last_weight: ArrayLike = 0.0       # several ports: when a step's last weight copy is in (`port_skew`'s f_w) ...
     groups: np.ndarray | None = None    # ... for the groups the tile was priced for (`LayerCosts.tile`)
 
 

@@ -909,8 +909,9 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
     n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
     if n_total == 0:
-        floor = f" with at least {options.least_dsps(board):,} DSPs" if options.min_dsp else ""
-        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}{floor} under its resource ceilings")
+        at_least = f" with at least {options.least_dsps(board):,} DSPs" if options.min_dsp else ""
+        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}{at_least} under its resource "
+                         "ceilings")
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
     args = (shapes, counts, options, board, clock, float(workload.total_macs), len(workload.layers()))

@@ -80,13 +80,13 @@ class _Mapping:
         if self.mm is None:
             return
         self.bytes.release()
-        self.words = None
+        self.words = None  # type: ignore[assignment]  # closed: a read or write after close() fails
         try:
             self.mm.close()
         except BufferError:   # a caller still holds a view; the OS unmaps at exit
             pass
         os.close(self.fd)
-        self.mm = None
+        self.mm = None  # type: ignore[assignment]  # closed: close() again returns at once
 
 
 def _read_sysfs_int(path: Path, what: str) -> int:

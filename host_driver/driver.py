@@ -52,6 +52,7 @@ class NpuError(FluidError):
     """The NPU reported STATUS.ERROR; `.code` is the hw/regmap.py ErrorCode."""
 
     def __init__(self, code: int, context: str = "") -> None:
+        self.code: ErrorCode | int             # a code the register map does not define stays an int
         try:
             self.code = ErrorCode(code)
             text = f"{self.code.name}: {self.code.message}"

@@ -334,8 +334,8 @@ def analyse_netlist(netlist: dict[str, Any] | str | Path, top: str | None = None
     groups = {}
     for name, (k, bit) in sorted(deepest.items()):
         first = bit
-        while pred.get(first) is not None:
-            first = pred[first]
+        while (before := pred.get(first)) is not None:
+            first = before
         groups[name] = [*k, net.names.get(first, f"bit{first}")]
     return TimingReport(critical=critical, carry_path=carry, comb_cells=len({c for c, _ in net.comb.values()}),
                         endpoints=len(net.ends), unregistered_dsps=net.unregistered_dsps, by_scope=by_scope,

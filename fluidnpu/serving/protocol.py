@@ -121,7 +121,7 @@ class ServedModel:
         outs = {"class": {"name": "class", "datatype": "INT32", "shape": [-1]},
                 "exit": {"name": "exit", "datatype": "INT32", "shape": [-1]},
                 "logits": {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}}
-        meta = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
+        meta: dict[str, Any] = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
                 "inputs": [self.contract.metadata()],
                 "outputs": [outs[n] for n in self.outputs]}
         if self.emulated:

@@ -25,9 +25,12 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fluidnpu.errors import FluidError
+
+if TYPE_CHECKING:   # the devices are imported where one is chosen, so a server loads only its own
+    from fluidnpu.host_driver.device import Device
 
 POLICY_SLO_SHARE = 0.6
 
@@ -327,6 +330,7 @@ def serve_command(*, device: str, design: str | None, bitstream: str | None, mod
             return run_with_rtl(bundle.data, serve_on_driver, cfg)
     from fluidnpu.host_driver.driver import NpuDriver
 
+    dev: Device
     if device == "model":
         from fluidnpu.host_driver.model_device import ModelDevice
 

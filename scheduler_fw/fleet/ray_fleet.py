@@ -500,12 +500,12 @@ class Fleet:
                 # its session was re-planned off (SessionMoved, not a failure) sends it on to the current
                 # plan's node, up to REROUTES times. Any other failure (a worker lost under load) is retried
                 # once on a live node of the current plan, then refused.
-                died = isinstance(exc, self.ray.exceptions.RayActorError)
+                lost = isinstance(exc, self.ray.exceptions.RayActorError)
                 moved = isinstance(exc, SessionMoved)
-                if died and self.mark_dead(device):
+                if lost and self.mark_dead(device):
                     self.step(time.monotonic() - t0, [device])
                 node = self.route(session, rng)
-                again = died or (moved and tries < REROUTES) or tries == 0
+                again = lost or (moved and tries < REROUTES) or tries == 0
                 if again and node is not None and node not in self.dead:
                     pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node, tries + 1))
                     log.retried[session] = log.retried.get(session, 0) + 1
