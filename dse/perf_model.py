@@ -311,10 +311,12 @@ class FillShape:
            kh: ArrayLike, row_words: ArrayLike) -> FillShape:
         """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays
         (designs as arrays too: the DSE's design spaces)."""
-        geo = tuple(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
+        w, h, ih, s, k, rw = (np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
         if np.ndim(TP) == 0 and np.ndim(TC) == 0:
-            return cls(*geo, chunk=fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP))))
-        return cls(*geo, chunk=fill_chunks(np.asarray(TP), np.asarray(TC)))
+            chunk: ArrayLike = fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP)))
+        else:
+            chunk = fill_chunks(np.asarray(TP), np.asarray(TC))
+        return cls(w, h, ih, s, k, rw, chunk=chunk)
 
     def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> FillShape:
         """A fill linear in a block's rows, below this one for every block of t_lo..t_hi rows: the fewest

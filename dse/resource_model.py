@@ -621,8 +621,9 @@ def over_limits(res: Resources, board: Board, buffers_bram36: float | None = Non
 
 def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = None) -> float:
     """The engine's buffers counted all in BRAM36 (what a refused design would need without URAM)."""
-    return float(sum(count * bram36_for(depth, width)
-                     for _, count, depth, width in memories(TR, TP, TC, bmax, banks=banks)))
+    return float(sum((count * bram36_for(depth, width)
+                      for _, count, depth, width in memories(TR, TP, TC, bmax, banks=banks)),
+                     np.zeros(())))      # an array start: the sum of arrays, as mypy reads it
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,

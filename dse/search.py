@@ -424,10 +424,11 @@ class Scorer:
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
         exact = bool((lo == hi).all())   # every range one TR (the seeds, a search's last round): its bound is its score
-        buffer = self.room is not None
-        if buffer:   # words a half of the buffer each range's design at hi has room for, and at lo (it shrinks with TR)
-            room_hi = self.room(hi[:, None], TP[:, None], TC[:, None])
-            room_lo = room_hi if exact else self.room(lo[:, None], TP[:, None], TC[:, None])
+        room = self.room
+        buffer = room is not None
+        if room is not None:   # words a half of the buffer each range's design at hi has room for, and at lo
+            room_hi = room(hi[:, None], TP[:, None], TC[:, None])              # (it shrinks with TR)
+            room_lo = room_hi if exact else room(lo[:, None], TP[:, None], TC[:, None])
         if np.isfinite(threshold):
             bound += float(weights.sum()) * peak
             live = live[bound >= threshold]
@@ -749,7 +750,7 @@ def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
 
 
 def search_space(sp: Space, floor: float, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
-                 board: Board, clock: float, macs: float, n_layers: int,
+                 board: Board, clock: float, macs: float, n_layers: int, *,
                  progress: Callable[[int], None] | None = None) -> SpaceOutcome:
     """Branch and bound over one space, keeping the designs that reach `floor` (ties included: the
     tie order between spaces is settled when their outcomes meet). `progress(done)`: designs settled."""

@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -261,6 +261,7 @@ def infer_on_driver(driver: Any, qnet: QuantizedNetwork, x: np.ndarray, tau: flo
     t0 = time.perf_counter()
     states = rt.infer(x)
     return {"exit": [s.exit for s in states], "pred": [s.pred for s in states],
-            "logits": np.stack([s.logits for s in states]), "device_cycles": rt.device_cycles,
+            # every sample has exited, so each has its logits
+            "logits": np.stack([cast(np.ndarray, s.logits) for s in states]), "device_cycles": rt.device_cycles,
             "subnet_runs": rt.subnet_runs, "wall_s": time.perf_counter() - t0,
             "saturation": rt.saturation.to_dict()}
