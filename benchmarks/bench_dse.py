@@ -1,8 +1,8 @@
 """Benchmark: the whole exhaustive DSE (every <TR, TP, TC> that fits, scored or bounded) with Bmax 8.
 
-Targets: ResNet-50 on ZC706 under 10 s on a 2-core machine (issues 2 and 11; the spaces are
+Targets: ResNet-50 on ZC706 under 10 s on a 2-core machine (the spaces are
 searched by forked workers, one per core, dse/search.py `explore`), and the small models on both
-boards each under 10 s (issue 47: `digits-ee` and the two-exit ONNX CNN of
+boards each under 10 s (`digits-ee` and the two-exit ONNX CNN of
 docs/examples/ee_cnn_onnx.py, layers small against the array). Runs the four zoo model/board
 pairs of docs/dse.md by default, the small-model pairs with --small (or one with --model/--board;
 a model is a zoo name or a .onnx path), prints the median of --repeat runs per pair, the designs

@@ -1,4 +1,4 @@
-"""GPU batching benchmarks (issue 6, item 6), in one command:
+"""GPU batching benchmarks, in one command:
 
     .venv/bin/python benchmarks/bench_gpu.py            # CUDA if available, else a reduced CPU run
 
@@ -69,7 +69,8 @@ def tune_delay_window(bench, peak, bsmax, duration, seed, fractions, slo_s=0.2):
     for f in fractions:
         w = min(f * tbatch, slo_s / 4)
         s = run_point(bench, "delaybatch", 1.2 * peak, duration, seed, bsmax, window_s=w, drain_s=0.0)
-        rows.append({"window_ms": w * 1e3, "throughput_qps": s["throughput_qps"], "mean_latency_ms": s["mean_latency_ms"]})
+        rows.append({"window_ms": w * 1e3, "throughput_qps": s["throughput_qps"],
+                     "mean_latency_ms": s["mean_latency_ms"]})
         key = (round(s["throughput_qps"], -1), -s["mean_latency_ms"])
         if best is None or key > best[0]:
             best = (key, w)
@@ -134,7 +135,8 @@ def main(argv=None) -> int:
                     f"zero {z['mean_latency_ms']:8.2f}  delay {dl['mean_latency_ms']:8.2f}  "
                     f"(dva vs delay {100 * (d['mean_latency_ms'] / dl['mean_latency_ms'] - 1):+.1f}%, "
                     f"vs zero {100 * (d['mean_latency_ms'] / z['mean_latency_ms'] - 1):+.1f}%)  "
-                    f"p99 ms: dva {d['p99_latency_ms']:.1f} zero {z['p99_latency_ms']:.1f} delay {dl['p99_latency_ms']:.1f}")
+                    f"p99 ms: dva {d['p99_latency_ms']:.1f} zero {z['p99_latency_ms']:.1f} "
+                    f"delay {dl['p99_latency_ms']:.1f}")
         report["latency"] = rows
         report["delay_tuning"] = tuning
         _csv(out / "latency_vs_load.csv", rows)
@@ -159,8 +161,8 @@ def main(argv=None) -> int:
                     best[p] = max(best.get(p, 0.0), s["throughput_qps"])
                 log(f"[peak] {p:10s} {f * peak:8.1f} q/s -> {s['throughput_qps']:8.1f} q/s, p99 "
                     f"{s['p99_latency_ms']:.1f} ms {'ok' if ok else 'VIOLATES'}")
-        report["peak_under_slo"] = {"rows": rows, "best_qps": best,
-                                    "dva_over_delay": best.get("dva", 0) / best["delaybatch"] if best.get("delaybatch") else None}
+        dva_over_delay = best.get("dva", 0) / best["delaybatch"] if best.get("delaybatch") else None
+        report["peak_under_slo"] = {"rows": rows, "best_qps": best, "dva_over_delay": dva_over_delay}
         _csv(out / "peak_under_200ms_p99.csv", rows)
         log(f"[peak] highest throughput with p99 <= 200 ms: {best}")
 
@@ -283,7 +285,8 @@ def main(argv=None) -> int:
                     log(f"[allocator] {dist} batch {batch} idle {idle}: alg1 {a['peak_reserved_mib']:.1f} MiB, "
                         f"{a['device_allocs']} allocs (reuse {100 * a['reuse']:.1f} %), frag "
                         f"{a['fragmentation_mean']:.2f}; caching {c['peak_reserved_mib']:.1f} MiB, "
-                        f"{c['device_allocs']} allocs (reuse {100 * c['reuse']:.1f} %), frag {c['fragmentation_mean']:.2f}")
+                        f"{c['device_allocs']} allocs (reuse {100 * c['reuse']:.1f} %), "
+                        f"frag {c['fragmentation_mean']:.2f}")
         report["allocator"] = rows
         _csv(out / "allocator.csv", rows)
 
@@ -325,8 +328,8 @@ def _plot_latency(path: Path, rows):
     loads = ["low", "medium", "high"]
     for ax, w in zip(axes[0], ws):
         for k, p in enumerate(("zerobatch", "delaybatch", "dva")):
-            ys = [next((r["mean_latency_ms"] for r in rows if r["workload"] == w and r["load"] == ld and r["policy"] == p),
-                       np.nan) for ld in loads]
+            ys = [next((r["mean_latency_ms"] for r in rows
+                        if r["workload"] == w and r["load"] == ld and r["policy"] == p), np.nan) for ld in loads]
             ax.bar(np.arange(3) + (k - 1) * 0.27, ys, 0.27, label=p)
         ax.set_xticks(range(3), loads)
         ax.set_title(w)

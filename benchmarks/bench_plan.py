@@ -1,4 +1,4 @@
-"""Benchmark: how long the Nexus planner takes to re-plan a fleet (issue 13).
+"""Benchmark: how long the Nexus planner takes to re-plan a fleet.
 
 Re-planning runs every epoch on the ingress, so its cost bounds the epoch. This
 times `fluidnpu.scheduler_fw.fleet.nexus.plan` alone (ℓ(b) already priced) on

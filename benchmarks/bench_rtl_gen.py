@@ -21,10 +21,8 @@ depend on the FBCB contents, so they are built from their parameters alone.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import json
 import os
-from pathlib import Path
 import re
 import resource
 import shutil
@@ -32,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from fluidnpu.hw.npu import Npu, to_verilog
 from fluidnpu.hw.regmap import NpuParams

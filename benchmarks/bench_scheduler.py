@@ -1,4 +1,4 @@
-"""Benchmark: the scheduler's cost and the simulator's speed (issue 4).
+"""Benchmark: the scheduler's cost and the simulator's speed.
 
 * FluidB's decision cost per preemption-point evaluation: one `decide()` at
   an exit, including forming the backfill batch, for queues of 10 to 100,000
@@ -17,18 +17,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 import platform
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 from fluidnpu.boards import load_board
 from fluidnpu.scheduler_fw.backend import RunResult
 from fluidnpu.scheduler_fw.designs import design_for
-from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.fluidb import FluidB
 from fluidnpu.scheduler_fw.latency import LatencyTable
+from fluidnpu.scheduler_fw.policy import RunKind
 from fluidnpu.scheduler_fw.registry import FLUID, R_B8
 from fluidnpu.scheduler_fw.samples import RequestQueue
 from fluidnpu.scheduler_fw.simulation import Setting, run_once

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 import platform
 import signal
 import socket
@@ -32,10 +31,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
-
 
 SUSTAINED = 1100.0
 OVERLOAD = "overload: 5000/s offered for 10 s, --max-queue 16"

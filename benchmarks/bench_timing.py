@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import dataclass
 import json
 import os
-from pathlib import Path
 import platform
 import re
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from fluidnpu.dse.timing_model import (DEFAULT_COSTS, LEVEL_BUDGET, STRUCTURES, TimingCosts, design_timing,
-                                       structure_levels, structure_x)
+from fluidnpu.dse.timing_model import (
+    DEFAULT_COSTS,
+    LEVEL_BUDGET,
+    STRUCTURES,
+    TimingCosts,
+    design_timing,
+    structure_levels,
+    structure_x,
+)
 
 AXI_DW = 64
 SYNTH_TIMEOUT_S = 1800.0
@@ -217,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     errs = [r[f"{s.name}_model"] - r[f"{s.name}_levels"] for r in rows for s in STRUCTURES
             if r[f"{s.name}_levels"] is not None]
     crit_err = [r["model"] - r["lut_levels"] for r in rows]
-    console.print(f"model - Yosys per structure: mean {np.mean(errs):+.2f}, max |err| {np.max(np.abs(errs)):.0f} levels; "
+    console.print(f"model - Yosys per structure: mean {np.mean(errs):+.2f}, "
+                  f"max |err| {np.max(np.abs(errs)):.0f} levels; "
                   f"longest path: {', '.join(f'{e:+d}' for e in crit_err)}")
     loo = []
     for i, (p, rep) in enumerate(done):
@@ -232,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                   + f"; worst structure |err| {max(x['worst_structure'] for x in loo)}")
     console.print(f"fitted TimingCosts(base={costs.base!r},\n            per_level={costs.per_level!r})")
     console.print("DEFAULT_COSTS " + ("equals the fit" if costs == DEFAULT_COSTS else "differs from the fit: paste it"))
-    # the four picks of docs/dse.md (wave 3d, 2026-11-27): <TR, TP, TC>, Bmax, input banks
+    # four full-size design points the fit is checked on: <TR, TP, TC>, Bmax, input banks
     picks = [(2091, 14, 64, 8, 2), (778, 27, 64, 8, 2), (1224, 16, 56, 8, 2), (1224, 36, 48, 8, 2)]
     for TR, TP, TC, bmax, nb in picks:
         est = design_timing(TR, TP, TC, bmax, DEFAULT_COSTS if DEFAULT_COSTS.base else costs, banks=nb)
@@ -255,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
 def markdown(rows: list[dict[str, Any]], costs: TimingCosts, loo: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The tables of docs/resources.md's "Timing proxy" section."""
     out = [f"Yosys: {meta['yosys']}; machine: {meta['machine']}", "",
-           "| design | NB | NMAX | LUT levels | carry | longest path (start -> end) | model | leave-one-out | Yosys s |",
+           "| design | NB | NMAX | LUT levels | carry | longest path (start -> end) | model | leave-one-out "
+           "| Yosys s |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r, lo in zip(rows, loo):
         out.append(f"| {r['design']} | {r['NB']} | {r['NMAX']} | {r['lut_levels']} | {r['carry']} | "

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table

@@ -1,4 +1,4 @@
-"""Does the scheduler evaluation's headline move with the run length? (issue 15)
+"""Does the scheduler evaluation's headline move with the run length?
 
     .venv/bin/python benchmarks/eval_run_length.py [--seeds 3] [--samples 2000,4000,8000] [--jobs 2]
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import time
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -95,7 +95,6 @@ def main() -> None:
     args = ap.parse_args()
     from fluidnpu.cli import main as cli
     from fluidnpu.host_driver.serving import load_network
-
     from fluidnpu.serving.protocol import input_contract
 
     _, _, xte, _ = load_network("digits-ee")
@@ -123,8 +122,8 @@ def main() -> None:
         for t in threads:
             t.join()
         rows["elapsed"] = [time.monotonic() - t0]
-        import signal
         import os
+        import signal
 
         os.kill(os.getpid(), signal.SIGTERM)          # the server drains and returns
 

@@ -1,4 +1,4 @@
-"""Issue 13's scenarios on Ray with emulated boards: a ramp, three ramps together, a board killed mid-run.
+"""The fleet's scenarios on Ray with emulated boards: a ramp, three ramps together, a board killed mid-run.
 
 The example fleet (docs/examples/fleet/fleet.json: 4 ZC706 boards with the
 ResNet-50 design, 2 ZCU104 boards with the Inception-v3 design), every board
@@ -161,7 +161,7 @@ def main() -> None:
     ap.add_argument("--only", default="ramp,three,three-serve-batch,kill")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "fleet")
     args = ap.parse_args()
-    from plan_headroom import ensure_designs      # the example's bundles, from the design cache
+    from plan_headroom import ensure_designs  # the example's bundles, from the design cache
 
     ensure_designs(load_fleet_file(EXAMPLE / "fleet.json"))
     results = [run_scenario(n, SCENARIOS[n], args.epoch, args.headroom, args.slo_margin, args.seed,

@@ -14,10 +14,11 @@ each, and prints GOp/s at b = 1 and b = 8 and how many layers pack groups.
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table

@@ -1,6 +1,6 @@
 """Where the DSE picks lose the board's DSP peak: every cycle of ResNet-50 at b = 4..8, by part.
 
-Issue 11 asks for >= 88 % of the board's DSP peak at every b from 4 to 8. This run prices each pick's
+The target is >= 88 % of the board's DSP peak at every b from 4 to 8. This run prices each pick's
 layers with the performance model (the plan the DSE chose: each layer's <BR, k> at each b) and
 splits the cycles into the parts of `perf_model.LayerParts`:
 
@@ -37,7 +37,7 @@ is faster, at the layer's own <BR, k>: the share of the board peak, the layers, 
 (`input_buffer_bram36`: the banks as the RTL builds them and Yosys maps them).
 
 The parts are what-ifs on a fixed design; the DSE would choose another once a part is cheaper. So the
-run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: the wave-3b fetcher's one
+run also re-runs the DSE for each control unit of `WHAT_IFS` (`repicked`: a fetcher with one
 command stream, walkers of two commands a cycle each, and one command per input row), and for each
 lowering of `WORKLOAD_WHAT_IFS` (the stem not folded: what the fold buys), and reports each pick's share of
 the board peak at every b.
@@ -48,10 +48,11 @@ the board peak at every b.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 import json
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -59,8 +60,17 @@ import numpy as np
 from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import Bus, ideal_cycles, layer_parts, memory_floor_cycles, row_blocks
 from fluidnpu.dse.resource_model import bram36_for, input_buffer_bram36
-from fluidnpu.dse.search import (Choice, DSEOptions, LayerShapes, buffered_modes, choice_setup, evaluate_design,
-                                 explore, k_codes, modes_of)
+from fluidnpu.dse.search import (
+    Choice,
+    DSEOptions,
+    LayerShapes,
+    buffered_modes,
+    choice_setup,
+    evaluate_design,
+    explore,
+    k_codes,
+    modes_of,
+)
 from fluidnpu.hw.regmap import fill_regions
 from fluidnpu.workload import Workload
 from fluidnpu.zoo import zoo_model
@@ -83,8 +93,8 @@ def gap(model: str, board_name: str, bmax: int = 8, batches: range = range(4, 9)
     fast_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports)
     free_bus = Bus.of(1e12, bus.port_bytes, ports=r.ports, command_cycles=0.0)
     # each layer at its plan's choice: from DDR, or buffered where the pick's plan buffers it
-    modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing), **buffered_modes(TP, TC, shapes, ks, x, timing)}
-                              for x in (bus, fast_bus, free_bus))
+    modes, unlimited, free = ({**modes_of(TP, TC, shapes, ks, x, timing),
+                               **buffered_modes(TP, TC, shapes, ks, x, timing)} for x in (bus, fast_bus, free_bus))
     buffered_modes_ = modes_of(TP, TC, shapes, ks, bus, timing, fill=shapes.fills(r.TP, r.TC))
     board_peak = 2.0 * board.dsp * r.clock_mhz * 1e6 / 1e9
     memory_rate = board.bytes_per_cycle(r.clock_mhz)
@@ -235,7 +245,7 @@ def cause(layer: Any, TC: int) -> str:
 
 WHAT_IFS: dict[str, dict[str, Any]] = {
     "the RTL (two walkers side by side, one command a run)": {},
-    "one walker (the wave-3b RTL: weights, then inputs, on one stream)": {"walkers": 1},
+    "one walker (weights, then inputs, on one stream)": {"walkers": 1},
     "two walkers, each 2 commands a cycle": {"command_cycles": 0.5},
     "two walkers + one command per input row (gather)": {"gather": True},
 }
@@ -250,7 +260,7 @@ def plain_stem(workload: Workload) -> Workload:
 
 
 WORKLOAD_WHAT_IFS: dict[str, Callable[[Workload], Workload]] = {
-    "the RTL, the stem not folded (as until wave 3o)": plain_stem,
+    "the RTL, the stem not folded": plain_stem,
 }
 """Workloads the re-picked what-ifs price on the RTL's control unit: the same network lowered otherwise."""
 

@@ -1,4 +1,4 @@
-"""Study: SLO compliance of Nexus plans under Poisson arrivals, against planning headroom (issue 13).
+"""Study: SLO compliance of Nexus plans under Poisson arrivals, against planning headroom.
 
 The example sessions (docs/examples/fleet/sessions.json) on the example's two
 designs with 20 devices of each kind (so that nothing spills for lack of

@@ -25,18 +25,30 @@ from __future__ import annotations
 
 import argparse
 import csv
-from dataclasses import asdict, replace
 import json
-from pathlib import Path
 import time
+from dataclasses import asdict, replace
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
-                                       agreement_rows, case_model_cycles, compute_bound_buses, compute_bound_case,
-                                       compute_bound_rows, config_name, model_mac_share, one_layer_case,
-                                       pick_layer_rows)
+from fluidnpu.sim_tb.agreement import (
+    AGREEMENT_CONFIGS,
+    PICK_ENGINE,
+    PICK_LAYERS,
+    AgreementRow,
+    agreement_cases,
+    agreement_rows,
+    case_model_cycles,
+    compute_bound_buses,
+    compute_bound_case,
+    compute_bound_rows,
+    config_name,
+    model_mac_share,
+    one_layer_case,
+    pick_layer_rows,
+)
 
 
 def _row(record: dict) -> AgreementRow:
@@ -115,7 +127,8 @@ def main() -> None:
     ap.add_argument("--no-pick-layers", action="store_true", help="skip the pick-shaped layers")
     ap.add_argument("--configs", default=None, help="comma-separated indices into AGREEMENT_CONFIGS (default: all)")
     ap.add_argument("--reprice", action="store_true",
-                    help="simulate nothing: price the RTL counts recorded in --out/agreement.json with the current model")
+                    help="simulate nothing: price the RTL counts recorded in --out/agreement.json with the "
+                         "current model")
     args = ap.parse_args()
     chosen = (list(range(len(AGREEMENT_CONFIGS))) if args.configs is None
               else [int(i) for i in args.configs.split(",")])

@@ -21,17 +21,24 @@ Writes docs/figures/resources/axi_ports.json (the points, the fit, and whether
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 import json
-from pathlib import Path
 import time
+from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, LogicCosts, WidePortCosts, dma_logic,
-                                         merge_luts, zero_luts)
+from fluidnpu.dse.resource_model import (
+    DEFAULT_LOGIC,
+    DEFAULT_WIDE_PORTS,
+    LogicCosts,
+    WidePortCosts,
+    dma_logic,
+    merge_luts,
+    zero_luts,
+)
 from fluidnpu.hw.dma import AxiDma
 from fluidnpu.hw.synth import _to_verilog, find_yosys, parse_results, synthesize
 
@@ -96,7 +103,8 @@ def fit(points: dict[Point, dict[str, float]]) -> dict[str, float]:
             "lut_per_axi_port_word": round(per_word["lut"], 1), "ff_per_axi_port_word": round(per_word["ff"], 1),
             "lut_per_merge_word": merge_word, "lut_per_zero_word": round(sum(zero) / len(zero), 1),
             "ff_per_split_word": round(sum(split) / len(split), 1),
-            "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2), "lut_per_port_bit_word": round(wide_word, 4),
+            "lut_per_port_bit": round(wide(32, "lut") - 32 * wide_word, 2),
+            "lut_per_port_bit_word": round(wide_word, 4),
             "ff_per_port_bit": round((wide(32, "ff") + wide(128, "ff")) / 2, 2)}
 
 
@@ -108,7 +116,8 @@ def main() -> None:
     args = ap.parse_args()
     points = measure(Path(args.build), args.reuse)
     costs = fit(points)
-    current = {**{k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS}, **{k: asdict(DEFAULT_WIDE_PORTS)[k] for k in WIDE_FIELDS}}
+    current = {**{k: asdict(DEFAULT_LOGIC)[k] for k in FIELDS},
+               **{k: asdict(DEFAULT_WIDE_PORTS)[k] for k in WIDE_FIELDS}}
     # the model as the DSE prices it (dma_logic), with this fit's constants
     logic = LogicCosts(**{**asdict(DEFAULT_LOGIC), **{k: costs[k] for k in FIELDS}})
     wide = WidePortCosts(**{k: costs[k] for k in WIDE_FIELDS})
@@ -122,7 +131,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(doc, indent=1))
     for row in rows:
         print(f"NMAX {row['nmax']:>3}, {row['ports']} x {row['data_width']}-bit port(s): LUT {row['lut']:>6} "
-              f"(model {row['lut_model']:>8.0f}, {row['lut_err']:+.1%}), FF {row['ff']:>5} (model {row['ff_model']:.0f}, "
+              f"(model {row['lut_model']:>8.0f}, {row['lut_err']:+.1%}), "
+              f"FF {row['ff']:>5} (model {row['ff_model']:.0f}, "
               f"{row['ff_err']:+.1%})")
     print(f"fit: {costs}; LogicCosts/WidePortCosts {'equal' if doc['model_up_to_date'] else 'DIFFER from'} it")
 

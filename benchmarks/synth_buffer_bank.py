@@ -15,8 +15,8 @@ import argparse
 import datetime
 import json
 import os
-from pathlib import Path
 import platform
+from pathlib import Path
 
 from amaranth import Module, unsigned
 from amaranth.lib import wiring

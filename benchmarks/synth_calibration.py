@@ -23,15 +23,16 @@ constants into LogicCosts). docs/resources.md explains the method and results.
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor, as_completed
 import csv
-from dataclasses import asdict, dataclass, fields, replace
 import json
 import os
-from pathlib import Path
 import platform
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -39,10 +40,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fluidnpu.boards import load_board
-from fluidnpu.hw.regmap import BUFFERS
 from fluidnpu.dse import resource_model
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, LogicCosts, control_logic, design_resources, engine_logic,
-                                         fabric_of, fbcb_bram36, input_banks, logic_use)
+from fluidnpu.dse.resource_model import (
+    DEFAULT_LOGIC,
+    LogicCosts,
+    control_logic,
+    design_resources,
+    engine_logic,
+    fabric_of,
+    fbcb_bram36,
+    input_banks,
+    logic_use,
+)
+from fluidnpu.hw.regmap import BUFFERS
 
 AXI_DW = 64
 BUFFER_CLASSES = BUFFERS
@@ -54,9 +64,11 @@ PARTS = ("control", "engine")
 # The chains' operand skew is one register per bit and cycle by construction (ff_per_skew_bit); a
 # fabric adder of the tree over a PE's chains is a 32-bit adder and its register, 32 LUTs and 32 FFs
 # (tests/test_synth.py, docs/resources.md "DSP cascades"): only a TP > 32 point has more than the root.
-HELD = ("ff_per_skew_bit", "lut_per_tree_adder", "ff_per_tree_adder", "lut_per_stack_pair", "ff_per_stack_pair", "lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word",
-        "ff_per_axi_port_word", "lut_per_merge_word", "lut_per_zero_word", "ff_per_split_word")
-SYNTH_TIMEOUT_S = 7200.0      # one design point (the full-size engine: ~1 h); beyond it the run fails with the log's path
+HELD = ("ff_per_skew_bit", "lut_per_tree_adder", "ff_per_tree_adder", "lut_per_stack_pair", "ff_per_stack_pair",
+        "lut_per_axi_port", "ff_per_axi_port", "lut_per_axi_port_word", "ff_per_axi_port_word", "lut_per_merge_word",
+        "lut_per_zero_word", "ff_per_split_word")
+# one design point (the full-size engine: ~1 h); beyond it the run fails with the log's path
+SYNTH_TIMEOUT_S = 7200.0
 
 
 @dataclass(frozen=True)
@@ -552,7 +564,8 @@ def main() -> None:
     for c in configs:
         y, mo, re_ = ys[c], model_one(c), model_one(c, refit)
         row: dict[str, Any] = {
-            "config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "NB": c.nb, "banks": c.banks, "ports": c.ports,
+            "config": c.label, "TR": c.TR, "TP": c.TP, "TC": c.TC, "bmax": c.bmax, "NB": c.nb, "banks": c.banks,
+            "ports": c.ports,
             "layers": c.layers, "family": c.family, "scope": c.scope, "fit": c in fit_cfgs,
             "yosys_lut": y["lut"], "yosys_lut_priced": y["lut_priced"], "yosys_buffer_lutram": y["buffer_lutram"],
             "yosys_ff": y["ff"], "yosys_dsp": y["dsp"], "yosys_bram36": y["bram36"], "yosys_uram": y["uram"],

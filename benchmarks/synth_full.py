@@ -20,9 +20,9 @@ import argparse
 import importlib.util
 import json
 import re
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +117,8 @@ def synth_units(cal: Any, params: Any, family: str, wd: Path, timeout: float, yo
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        reps = dict(zip(UNITS, pool.map(synth_unit, [(u, params, family, str(wd), timeout, yosys, reuse) for u in UNITS])))
+        jobs_args = [(u, params, family, str(wd), timeout, yosys, reuse) for u in UNITS]
+        reps = dict(zip(UNITS, pool.map(synth_unit, jobs_args)))
     return (cal.merged_report(reps, "npu", prefix="npu.")
             | {"by_unit": {u: {"seconds": r["seconds"], "log_path": r["log_path"]} for u, r in reps.items()}})
 

@@ -1,7 +1,7 @@
 """Yosys `synth_xilinx` of the block input buffer (hw/input_buffer.py) and its fill walker
 (hw/fill_walker.py) at a pick's size: their BRAM, LUT and FF counts beside what benchmarks/peak_gap.py
 charged for the buffer, and each one's longest register-to-register path in LUT levels (the timing
-proxy, hw/timing.py; issue 11's budget is 8).
+proxy, hw/timing.py; the budget is 8).
 
 The default is what ZC706's ResNet-50 pick would carry: TP 14, TC 64, NMAX 128, halves of 146,944 words
 (`layer1.*.conv2`'s largest block at b = 4, peak_gap's `buffer_words`), 4 lanes a bank. About 17 min
@@ -13,8 +13,8 @@ on 2 cores (the halves' 144 BRAM36 cascades dominate).
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np

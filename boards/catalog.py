@@ -6,8 +6,8 @@ every figure is {"value": ..., "source": "..."} so its provenance stays with it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
 import json
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +131,7 @@ class Board:
         under its ceiling."""
         return self.ceilings.limit(name, getattr(self, name))
 
-    def with_ceilings(self, **shares: float | None) -> "Board":
+    def with_ceilings(self, **shares: float | None) -> Board:
         """The board with some ceilings replaced (None keeps the board's own)."""
         given = {k: v for k, v in shares.items() if v is not None}
         unknown = set(given) - set(RESOURCES)
@@ -183,7 +183,7 @@ class Board:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Board":
+    def from_dict(cls, d: dict[str, Any]) -> Board:
         d = dict(d)
         d["ceilings"] = Ceilings(**d.get("ceilings", {}))   # bundles written before ceilings: defaults
         return cls(**d)

@@ -30,15 +30,28 @@ space in one call.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Callable, NamedTuple, Sequence, Union
+from typing import NamedTuple, cast
 
 import numpy as np
 
-from fluidnpu.hw.regmap import (FETCH_AHEAD, K_CODES, ROW_BITS, KCode, buffer_window, fill_chunk, k_dims, mode_depth,
-                                nmax)
+from fluidnpu.hw.regmap import (
+    FETCH_AHEAD,
+    K_CODES,
+    ROW_BITS,
+    KCode,
+    buffer_window,
+    fill_chunk,
+    k_dims,
+    mode_depth,
+    nmax,
+)
 
-ArrayLike = Union[int, float, np.ndarray]
+ArrayLike = int | float | np.ndarray
+# one kind of step as `LayerCosts._walk` takes it: weight commands, weight beats, input commands, input
+# beats, steps
+StepKind = tuple[ArrayLike, ArrayLike, ArrayLike, ArrayLike, ArrayLike]
 BlockPrice = Callable[..., list]   # `LayerCosts.blocks` or `LayerCosts.stagings`: a block's price in column tiles
 # a layer priced for the DSE's bound and as it is side by side, along a leading axis of their own (the DSE's
 # arrays have at most three: splits, designs, layers): side 0 without the several-port skew (`LayerCosts.skew`)
@@ -64,7 +77,7 @@ class EngineTiming:
     staging loop's fixed cycles beyond fill_base + the pipeline, a block's rows
     and its writes (`LayerCosts.staging`): 3 from a block's last step handed
     over to its first row in the MACs, 1 from its last write to the next
-    hand-over that waits for its half (traced, docs/rtl-agreement.md, wave 3n).
+    hand-over that waits for its half (traced, docs/rtl-agreement.md).
 
     The register stages the timing proxy asks for (docs/resources.md, "Timing
     proxy") are priced where the RTL adds them: the requantiser's stage adds 1
@@ -80,7 +93,7 @@ class EngineTiming:
     on the ports where those bind: its reads wait in the ports until the core
     releases the staging half they fill, and then restart through the DMA's
     in-order merge (`LayerCosts.block`; fitted on the several-port agreement
-    cases, docs/rtl-agreement.md, wave 3q; one port pays none).
+    cases, docs/rtl-agreement.md; one port pays none).
     """
 
     word_bytes: int = 2
@@ -132,15 +145,15 @@ class TileCosts:
     row_beats: np.ndarray      # beats of one weight row's first copy (one DMA command, on one port)
     copies_beats: np.ndarray   # beats of one weight row's copies, one per group (that many commands)
     last_copy_beats: np.ndarray  # beats of the last group's copy, the longest (w * groups words)
-    weight_cmds: np.ndarray = 0.0       # `weights`' commands alone (cycles at the command rate) ...
-    weight_beats: np.ndarray = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
-    first_weight_cmds: np.ndarray = 0.0  # the same of the first step's weight rows + bias
-    first_weight_beats: np.ndarray = 0.0
-    last_weight: np.ndarray = 0.0       # several ports: when a step's last weight copy is in (`port_skew`'s f_w) ...
+    weight_cmds: ArrayLike = 0.0       # `weights`' commands alone (cycles at the command rate) ...
+    weight_beats: ArrayLike = 0.0      # ... and its beats alone (cycles on the ports): the weight walker's
+    first_weight_cmds: ArrayLike = 0.0  # the same of the first step's weight rows + bias
+    first_weight_beats: ArrayLike = 0.0
+    last_weight: ArrayLike = 0.0       # several ports: when a step's last weight copy is in (`port_skew`'s f_w) ...
     groups: np.ndarray | None = None    # ... for the groups the tile was priced for (`LayerCosts.tile`)
 
 
-def astuple_shallow(tile: "TileCosts | LayerParts") -> tuple[np.ndarray, ...]:
+def astuple_shallow(tile: TileCosts | LayerParts) -> tuple[np.ndarray, ...]:
     """A TileCosts' (or LayerParts') arrays in field order (dataclasses.astuple would deep-copy them)."""
     return tuple(getattr(tile, f.name) for f in fields(tile))
 
@@ -173,7 +186,7 @@ class Bus:
     """2: the RTL, whose weight walker and input walker issue side by side on two command streams,
     the DMA dealing a command of each a cycle and the loader taking a response of each a cycle
     (`LayerCosts.fetch`; docs/hw-architecture.md, "Two walkers"). 1: the what-if
-    (benchmarks/peak_gap.py) of the wave-3b fetcher, a step's weight reads and then its input reads
+    (benchmarks/peak_gap.py) of a fetcher with one walker, a step's weight reads and then its input reads
     on one command stream."""
     gather: bool = False
     """False: the RTL, one DMA command per im2col run (a kernel row's piece of a step, or a tap where
@@ -182,12 +195,12 @@ class Bus:
 
     @classmethod
     def of(cls, bytes_per_cycle: float, port_bytes: float | None = None, word_bytes: int = 2,
-           ports: int = 0, command_cycles: float = 1.0, walkers: int = 2, gather: bool = False) -> "Bus":
+           ports: int = 0, command_cycles: float = 1.0, walkers: int = 2, gather: bool = False) -> Bus:
         return cls(bytes_per_cycle, bytes_per_cycle if port_bytes is None else min(port_bytes, bytes_per_cycle),
                    word_bytes, ports, command_cycles, walkers, gather)
 
     @classmethod
-    def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> "Bus":
+    def of_ports(cls, n: int, port_bytes: float, word_bytes: int = 2) -> Bus:
         """n AXI ports of `port_bytes` each at one beat a cycle (the RTL's `AxiDma(ports=n)` on an ideal memory)."""
         return cls.of(n * port_bytes, port_bytes, word_bytes, n)
 
@@ -295,15 +308,17 @@ class FillShape:
 
     @classmethod
     def of(cls, TP: ArrayLike, TC: ArrayLike, out_w: ArrayLike, out_h: ArrayLike, in_h: ArrayLike, sh: ArrayLike,
-           kh: ArrayLike, row_words: ArrayLike) -> "FillShape":
+           kh: ArrayLike, row_words: ArrayLike) -> FillShape:
         """The fill on an engine of <TP, TC> (its buffer's fill chunk) of a layer, or of many as arrays
         (designs as arrays too: the DSE's design spaces)."""
-        geo = tuple(np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
+        w, h, ih, s, k, rw = (np.asarray(v) for v in (out_w, out_h, in_h, sh, kh, row_words))
         if np.ndim(TP) == 0 and np.ndim(TC) == 0:
-            return cls(*geo, chunk=fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP))))
-        return cls(*geo, chunk=fill_chunks(np.asarray(TP), np.asarray(TC)))
+            chunk: ArrayLike = fill_chunk(int(nmax(int(TP), int(TC))), buffer_window(int(TP)))
+        else:
+            chunk = fill_chunks(np.asarray(TP), np.asarray(TC))
+        return cls(w, h, ih, s, k, rw, chunk=chunk)
 
-    def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> "FillShape":
+    def linear(self, t_lo: ArrayLike, t_hi: ArrayLike) -> FillShape:
         """A fill linear in a block's rows, below this one for every block of t_lo..t_hi rows: the fewest
         input rows a block row fills on that range, at each of its ends and at one sample's pixels
         (between them the rows a row fills are monotone: c + a / t, in_h / t). The DSE's lower bound on a
@@ -578,8 +593,8 @@ class LayerCosts:
         (docs/interpretations.md, "Two walkers on one port"). `handover`: to the cycle after the steps'
         last commands, not to the next step's start: on several ports the weight walker's cycle a step
         follows its last command and delays the next step, not this one's data (`block`'s balance
-        term times a step's hand-over; docs/interpretations.md, "The hand-over on several ports"). One walker (`Bus.walkers` = 1, a what-if): the commands and the
-        beats of both in one stream."""
+        term times a step's hand-over; docs/interpretations.md, "The hand-over on several ports"). One
+        walker (`Bus.walkers` = 1, a what-if): the commands and the beats of both in one stream."""
         beats = w_beats + in_beats
         if self.bus.walkers == 1:
             return np.maximum(w_cmds + in_cmds, beats)
@@ -613,8 +628,8 @@ class LayerCosts:
         not for a buffered layer, whose inputs come from the buffer), and the
         zero fills of a short group's padding rows after them (`_padding_zeros`).
         `extra`: fetcher cycles spent before the block (a new pass's set-up).
-        The writer drains the previous block on the write channel meanwhile. `pad`: the share of a group's rows that are a short group's padding (in
-        group units): zero-fill reads and no write-back.
+        The writer drains the previous block on the write channel meanwhile. `pad`: the share of a
+        group's rows that are a short group's padding (in group units): zero-fill reads and no write-back.
         """
         return self.blocks(t, (tile,), groups, extra, pad)[0]
 
@@ -694,12 +709,13 @@ class LayerCosts:
         fixed, kinds = self._step_kinds(t, tile, groups, extra, pad)
         return self._walk_kinds(kinds, rate) + fixed
 
-    def _walk_kinds(self, kinds: list[tuple], rate: bool = False, handover: bool = False) -> np.ndarray:
+    def _walk_kinds(self, kinds: list[StepKind], rate: bool = False, handover: bool = False) -> np.ndarray:
         """`_walk` of each kind of step (`_step_kinds`), summed."""
-        return sum(self._walk(*kind, rate, handover) for kind in kinds)
+        # an array: every block has at least one kind of step
+        return cast(np.ndarray, sum(self._walk(*kind, rate, handover) for kind in kinds))
 
     def _step_kinds(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike, extra: ArrayLike = 0.0,
-                    pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[tuple]]:
+                    pad: ArrayLike = 0.0) -> tuple[np.ndarray, list[StepKind]]:
         """`fetch`'s fixed cycles and its kinds of step, each as `_walk`'s (weight commands, weight beats,
         input commands, input beats, steps): all of a block's steps, or, where a kernel row ends inside
         some, those steps and the others apart (`split_steps`)."""
@@ -707,7 +723,7 @@ class LayerCosts:
         return fixed, self._kinds(tile, rows)
 
     @staticmethod
-    def _kinds(tile: TileCosts, rows: list[tuple]) -> list[tuple]:
+    def _kinds(tile: TileCosts, rows: list[tuple]) -> list[StepKind]:
         """`_step_kinds`' kinds of step from `_step_rows`' (share of the steps, input commands, input beats,
         steps) and a tile's weights (which go by step count)."""
         if len(rows) == 1:
@@ -770,7 +786,8 @@ class LayerCosts:
         runs = np.minimum(self.in_runs, self.n_p) if bus.gather else np.asarray(self.in_runs, dtype=float)
         in_beats = np.asarray(self.in_beats, dtype=float)
         first_runs, first_beats = (0.0, 0.0) if bus.gather else (self.first_runs, self.first_beats)
-        return (runs * bus.command_cycles, in_beats * bus.beat_cycles, (in_beats - runs * bus.zero_beats) * bus.beat_cycles,
+        return (runs * bus.command_cycles, in_beats * bus.beat_cycles,
+                (in_beats - runs * bus.zero_beats) * bus.beat_cycles,
                 np.asarray(first_runs) * bus.command_cycles, np.asarray(first_beats) * bus.beat_cycles)
 
     def prologue(self, t: ArrayLike, tile: TileCosts, groups: ArrayLike) -> np.ndarray:
@@ -1241,7 +1258,7 @@ def _body(setup: LayerSetup, rb: RowBlocks) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(blocks + setups, all_tiles(costs.stagings)[0]), last_block
 
 
-def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def padded_blocks(split: tuple, rows: ArrayLike, pad: ArrayLike) -> list[tuple[np.ndarray, np.ndarray, ArrayLike]]:
     """The last pass's blocks as (count, rows, padding) kinds, where a short group's share `pad` of its
     `rows` rows is padding: that group's rows run in sample order, so its padding is the pass's last
     rows: the blocks before its last sample's end have none (pad 0), the blocks after it are all
@@ -1469,7 +1486,8 @@ def fill_shape(geometry, TP: int, TC: int) -> FillShape:
     return FillShape.of(TP, TC, g.out_w, g.out_h, g.in_h, g.sh, g.kh, g.in_w * getattr(g, "in_pitch", g.cin))
 
 
-def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike, TC: ArrayLike) -> np.ndarray:
+def ideal_cycles(R: ArrayLike, P: ArrayLike, C: ArrayLike, G: ArrayLike, b: int, TP: ArrayLike,
+                 TC: ArrayLike) -> np.ndarray:
     """Cycles at 100% MAC utilisation: the peak-performance lower bound."""
     return np.asarray(G) * np.asarray(R) * np.asarray(P) * np.asarray(C) * b / (np.asarray(TP) * np.asarray(TC))
 

@@ -5,9 +5,9 @@ matplotlib is an optional extra ('plot'); it is imported only when a plot is dra
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

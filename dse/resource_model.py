@@ -13,8 +13,8 @@ All functions broadcast over numpy arrays so the DSE can size every design at on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 import functools
+from dataclasses import asdict, dataclass, field
 from itertools import product
 from typing import Any
 
@@ -22,8 +22,19 @@ import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import ArrayLike, windows
-from fluidnpu.hw.regmap import (BUFFER_LANES, BUFFERS, bank_select_bits, buffer_banks, buffer_window, chain_count,
-                                fbcb_entry_bits, input_banks, longest_chain, nmax, skew_words)
+from fluidnpu.hw.regmap import (
+    BUFFER_LANES,
+    BUFFERS,
+    bank_select_bits,
+    buffer_banks,
+    buffer_window,
+    chain_count,
+    fbcb_entry_bits,
+    input_banks,
+    longest_chain,
+    nmax,
+    skew_words,
+)
 from fluidnpu.hw.synth import LUTRAM_LUTS
 
 # (depth, width, cost in BRAM36 units) for every BRAM aspect ratio; BRAM18 halves cost 0.5.
@@ -135,7 +146,8 @@ def wide_port_logic(port_bits: int, axi_ports: int, nmax: np.ndarray,
                     costs: WidePortCosts = DEFAULT_WIDE_PORTS) -> tuple[np.ndarray, float]:
     """(LUT, FF) the AXI ports add beyond the 64-bit-port fit, for DMA commands of NMAX words."""
     wide = axi_ports * max(0, port_bits - 64)
-    return wide * (costs.lut_per_port_bit + costs.lut_per_port_bit_word * np.asarray(nmax)), wide * costs.ff_per_port_bit
+    return (wide * (costs.lut_per_port_bit + costs.lut_per_port_bit_word * np.asarray(nmax)),
+            wide * costs.ff_per_port_bit)
 
 
 def bram36_for(depth: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -286,7 +298,7 @@ def memories(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, bmax: int, *,
     TR, TP, TC = np.asarray(TR), np.asarray(TP), np.asarray(TC)
     nb = banks or input_banks(bmax)
     half = -(-TR // 2)
-    shapes = ((2 * nb, 2 * -(-(-(-TR // nb)) // 2), WORD_BITS * TP),      # input
+    shapes = ((2 * nb, 2 * -(-TR // nb // 2), WORD_BITS * TP),      # input
               (2, half, ACC_BITS * TC),                                    # accumulator
               (2, 2 * half, WORD_BITS * TC))                               # output
     return [(name, *shape) for name, shape in zip(BUFFERS, shapes)]
@@ -421,7 +433,8 @@ def dma_logic(nmax: np.ndarray, axi_ports: int = 1, costs: LogicCosts = DEFAULT_
     nmax = np.asarray(nmax)
     xl, xf = wide_port_logic(port_bits, axi_ports, nmax, wide)
     lut = axi_ports * (costs.lut_per_axi_port + costs.lut_per_axi_port_word * nmax) \
-        + (merge_luts(axi_ports) * costs.lut_per_merge_word + zero_luts(axi_ports) * costs.lut_per_zero_word) * nmax + xl
+        + (merge_luts(axi_ports) * costs.lut_per_merge_word
+           + zero_luts(axi_ports) * costs.lut_per_zero_word) * nmax + xl
     split = costs.ff_per_split_word if axi_ports > 1 else 0.0
     ff = axi_ports * (costs.ff_per_axi_port + (costs.ff_per_axi_port_word + split) * nmax) + xf
     return lut, ff
@@ -580,7 +593,7 @@ def memory_fits(TR: np.ndarray, TP: np.ndarray, TC: np.ndarray, board: Board, bm
     return ok & (bram <= board.limit("bram36") - np.asarray(reserve))
 
 
-def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = None) -> list[str]:
+def over_limits(res: Resources, board: Board, buffers_bram36: float | None = None) -> list[str]:
     """What a design's resources exceed on a board under its ceilings, one phrase each
     ('LUTs: needs 197,009 of 174,880 (22,129 over, 113 %; ceiling 80 % of 218,600)'); empty when it fits.
 
@@ -608,8 +621,9 @@ def over_limits(res: "Resources", board: Board, buffers_bram36: float | None = N
 
 def buffers_bram36(TR: int, TP: int, TC: int, bmax: int, *, banks: int | None = None) -> float:
     """The engine's buffers counted all in BRAM36 (what a refused design would need without URAM)."""
-    return float(sum(count * bram36_for(depth, width)
-                     for _, count, depth, width in memories(TR, TP, TC, bmax, banks=banks)))
+    return float(sum((count * bram36_for(depth, width)
+                      for _, count, depth, width in memories(TR, TP, TC, bmax, banks=banks)),
+                     np.zeros(())))      # an array start: the sum of arrays, as mypy reads it
 
 
 def max_tr(TP: np.ndarray, TC: np.ndarray, board: Board, bmax: int, n_layers: int, stackable: bool,

@@ -19,24 +19,49 @@ the layers' times add up.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.buffer_fit import block_words
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, ArrayLike, Bus, EngineTiming, FillShape, LayerSetup, ModeCosts,
-                                     layer_cycles_bound, layer_edge, layer_inside, layer_parts, layer_setup, mode_costs,
-                                     row_blocks, windows)
-from fluidnpu.dse.resource_model import (Resources, bram_reserve, buffer_room, buffers_bram36, design_resources,
-                                         feasible_designs, input_buffer_per_bank, input_buffer_words, logic_fits,
-                                         memory_tr_max, over_limits)
+from fluidnpu.dse.perf_model import (
+    DEFAULT_TIMING,
+    ArrayLike,
+    Bus,
+    EngineTiming,
+    FillShape,
+    LayerSetup,
+    ModeCosts,
+    layer_cycles_bound,
+    layer_edge,
+    layer_inside,
+    layer_parts,
+    layer_setup,
+    mode_costs,
+    row_blocks,
+    windows,
+)
+from fluidnpu.dse.resource_model import (
+    Resources,
+    bram_reserve,
+    buffer_room,
+    buffers_bram36,
+    design_resources,
+    feasible_designs,
+    input_buffer_per_bank,
+    input_buffer_words,
+    logic_fits,
+    memory_tr_max,
+    over_limits,
+)
 from fluidnpu.dse.timing_model import TimingEstimate, design_timing
-from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.errors import FluidError
+from fluidnpu.hw.regmap import bank_choices, check_banks, input_banks, k_codes, packs_groups
 from fluidnpu.workload import Layer, Workload
 
 BATCHING_MODES: dict[str, str] = {
@@ -70,7 +95,8 @@ class DSEOptions:
     banks: int | None = None     # input banks NB; None: search every count the batching can use
     ports: int | None = None     # AXI masters P; None: search 1 .. the board's HP ports
     buffer: bool | None = None   # a block input buffer built; None: search both (a generator parameter)
-    min_dsp: float = 0.0         # the least share of the board's DSPs a searched design uses (a floor beside the ceilings)
+    # the least share of the board's DSPs a searched design uses (a floor beside the ceilings)
+    min_dsp: float = 0.0
 
     def batch_weights(self) -> np.ndarray:
         if self.fixed_batch is not None:
@@ -104,7 +130,7 @@ class DSEOptions:
         """Stackable PEs of a design given without a search: the option, else built."""
         return self.stackable if self.stackable is not None else True
 
-    def resolved(self, stackable: bool, buffer: bool | None = None) -> "DSEOptions":
+    def resolved(self, stackable: bool, buffer: bool | None = None) -> DSEOptions:
         """These options for one design space: Stackable PEs built or not, a block input buffer or not
         (None: as the options say)."""
         return replace(self, stackable=stackable, buffer=self.buffer if buffer is None else buffer)
@@ -213,7 +239,7 @@ class LayerShapes:
     fill_geometry: tuple[np.ndarray, ...] = ()   # out_w, out_h, in_h, sh, kh, row words: a buffered layer's fill
 
     @classmethod
-    def of(cls, layers: Sequence[Layer]) -> "LayerShapes":
+    def of(cls, layers: Sequence[Layer]) -> LayerShapes:
         def row(values: list[int]) -> np.ndarray:
             return np.asarray(values, dtype=np.int64)[None, :]
         return cls(row([x.R for x in layers]), row([x.P for x in layers]), row([x.C for x in layers]),
@@ -398,10 +424,11 @@ class Scorer:
         score, bound = np.zeros(lo.size), np.zeros(lo.size)
         live = np.arange(lo.size)
         exact = bool((lo == hi).all())   # every range one TR (the seeds, a search's last round): its bound is its score
-        buffer = self.room is not None
-        if buffer:   # words a half of the buffer each range's design at hi has room for, and at lo (it shrinks with TR)
-            room_hi = self.room(hi[:, None], TP[:, None], TC[:, None])
-            room_lo = room_hi if exact else self.room(lo[:, None], TP[:, None], TC[:, None])
+        room = self.room
+        buffer = room is not None
+        if room is not None:   # words a half of the buffer each range's design at hi has room for, and at lo
+            room_hi = room(hi[:, None], TP[:, None], TC[:, None])              # (it shrinks with TR)
+            room_lo = room_hi if exact else room(lo[:, None], TP[:, None], TC[:, None])
         if np.isfinite(threshold):
             bound += float(weights.sum()) * peak
             live = live[bound >= threshold]
@@ -563,7 +590,7 @@ def split_ranges(pair: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 
 def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.ndarray,
                      progress: ProgressFn | None = None, floor: float = -np.inf,
-                     ties: bool = False, shared: "SharedFloor | None" = None,
+                     ties: bool = False, shared: SharedFloor | None = None,
                      tie_key: tuple = ()) -> SearchOutcome:
     """The best <TR, TP, TC> over every TR in [1, tr_max] of every pair (memory use grows with TR,
     so exactly these fit), by branch and bound over ranges of TR (docs/interpretations.md, Eq. 2).
@@ -583,7 +610,7 @@ def branch_and_bound(scorer: Scorer, TP: np.ndarray, TC: np.ndarray, tr_max: np.
     lose cannot be the pick) and told this space's best, so the pick does not change.
     """
 
-    def above(x: np.ndarray | float) -> np.ndarray:
+    def above(x: np.ndarray | float) -> np.ndarray | bool:
         return (x >= floor) if ties else (x > floor)
 
     keep_ties = ties
@@ -723,7 +750,7 @@ def seed_floor(sp: Space, scorer: Scorer) -> tuple[float, int]:
 
 
 def search_space(sp: Space, floor: float, shapes: LayerShapes, counts: np.ndarray, options: DSEOptions,
-                 board: Board, clock: float, macs: float, n_layers: int,
+                 board: Board, clock: float, macs: float, n_layers: int, *,
                  progress: Callable[[int], None] | None = None) -> SpaceOutcome:
     """Branch and bound over one space, keeping the designs that reach `floor` (ties included: the
     tie order between spaces is settled when their outcomes meet). `progress(done)`: designs settled."""
@@ -883,8 +910,9 @@ def explore(workload: Workload, board: Board, options: DSEOptions = DSEOptions()
     spaces = [sp for sp in design_spaces(workload, board, options) if sp.tr_max.size]
     n_total = sum(int(sp.tr_max.sum()) for sp in spaces)
     if n_total == 0:
-        floor = f" with at least {options.least_dsps(board):,} DSPs" if options.min_dsp else ""
-        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}{floor} under its resource ceilings")
+        at_least = f" with at least {options.least_dsps(board):,} DSPs" if options.min_dsp else ""
+        raise FluidError(f"no NPU design fits {board.name} with Bmax={options.bmax}{at_least} under its resource "
+                         "ceilings")
     reps, counts = unique_layers(workload.layers())
     shapes = LayerShapes.of(reps)
     args = (shapes, counts, options, board, clock, float(workload.total_macs), len(workload.layers()))

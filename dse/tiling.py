@@ -9,14 +9,23 @@ exactly, and `schedule_cycles` must equal the closed form.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import functools
-from typing import Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, EngineTiming, LayerCosts, TileCosts, bias_chunk,
-                                     descriptor_reads, layer_costs, mode_dims)
+from fluidnpu.dse.perf_model import (
+    DEFAULT_TIMING,
+    Bus,
+    EngineTiming,
+    LayerCosts,
+    TileCosts,
+    bias_chunk,
+    descriptor_reads,
+    layer_costs,
+    mode_dims,
+)
 from fluidnpu.hw.regmap import ROW_BITS, mode_depth
 
 
@@ -111,7 +120,7 @@ def planning_cycles(sched: LayerSchedule) -> int:
     wide = 2 * (ROW_BITS + 2)                                    # n and s on the 24-bit divider
     bp = len(sample_groups(sched.b, sched.BR))
     packed = max(b.c1 for b in sched.blocks) <= sched.TCk      # C <= TCk: groups per pass divided out
-    passes = []                      # (groups, rows) of each pass, from its blocks in the first column tile
+    passes: list[list] = []          # (groups, rows) of each pass, from its blocks in the first column tile
     for blk in sched.blocks:
         if blk.c0 != sched.blocks[0].c0:
             continue

@@ -17,8 +17,8 @@ resource model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np

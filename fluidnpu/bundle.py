@@ -12,10 +12,10 @@ A user who wants a specific design asks for it: `fluidnpu dse --design TR,TP,TC`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 import hashlib
 import json
 import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,7 @@ from fluidnpu import __version__
 from fluidnpu.boards.catalog import Board
 from fluidnpu.dse.perf_model import EngineTiming
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import (K_CODES, check_banks, design_banks, design_input_buffer, design_ports,
-                                fbcb_entry_bits)
+from fluidnpu.hw.regmap import K_CODES, check_banks, design_banks, design_input_buffer, design_ports, fbcb_entry_bits
 from fluidnpu.output import read_json, write_text
 from fluidnpu.schema import check
 from fluidnpu.workload import Workload
@@ -62,7 +61,8 @@ BUNDLE_SCHEMA: dict[str, Any] = {
         "dse": {"type": "object", "required": ["batching", "stackable", "weights", "timing"],
                 "properties": {"batching": {"enum": ["fluid", "r", "p", "fc"]}, "stackable": {"type": "boolean"},
                                "weights": {"type": "array", "items": _NUM},
-                               "timing": {"type": "object", "required": ["word_bytes", "fill_base", "layer_overhead"]}}},
+                               "timing": {"type": "object",
+                                          "required": ["word_bytes", "fill_base", "layer_overhead"]}}},
         "workload": {"type": "object", "required": ["name", "backbone", "exits"]},
         "fbcb": {"type": "object", "required": ["bits_per_entry", "entries", "serial"],
                  "properties": {"bits_per_entry": _POS,

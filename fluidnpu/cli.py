@@ -6,27 +6,26 @@ code 2; figures go to stdout as rich tables, or as JSON with --json.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 import math
 import os
 import signal
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import click
-from rich.markup import escape
 from rich.console import Console  # noqa: F401  (tests build their own consoles through cli.Console)
+from rich.markup import escape
 from rich.table import Table
 
-from fluidnpu.design import (evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design,
-                             parse_share)
+from fluidnpu.design import evaluate_given, explore_with_progress, load_model, parse_ceilings, parse_design, parse_share
 from fluidnpu.errors import FluidError
-from fluidnpu.output import (MAX_BATCH, MAX_SAMPLES, FloatRange, check_writable, emit_json, err, os_error_message,
-                             out)
+from fluidnpu.output import MAX_BATCH, MAX_SAMPLES, FloatRange, check_writable, emit_json, err, os_error_message, out
 from fluidnpu.tables import print_table
 
-_emit_json = emit_json  # the old private name; new code imports fluidnpu.output.emit_json
+_emit_json = emit_json  # for callers of this module's private name; fluidnpu.output.emit_json is the one
 
 
 def _csv_floats(value: str | None, what: str) -> tuple[float, ...] | None:
@@ -68,7 +67,8 @@ def cli() -> None:
 @click.option("--batching", default="fluid", show_default=True,
               type=click.Choice(["fluid", "r", "p", "fc"]), help="batching scheme the design is explored for")
 @click.option("--stackable/--no-stackable", default=None,
-              help="build Stackable PEs (k = 2 and 1/2 besides 1) or plain PEs only (k = 1) (default: searched, both priced)")
+              help="build Stackable PEs (k = 2 and 1/2 besides 1) or plain PEs only (k = 1) "
+                   "(default: searched, both priced)")
 @click.option("--fixed-batch", type=click.IntRange(1, MAX_BATCH), default=None,
               help="optimise for this one batch size only (baselines)")
 @click.option("--weights", default=None, help="w_b for b = 1..Bmax, comma-separated (default all 1)")
@@ -98,8 +98,8 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")
 def dse(model: str, board: str, bmax: int, batching: str, stackable: bool | None, fixed_batch: int | None,
         weights: str | None, clock: float | None, exits: str | None, exit_rates: str | None,
-        ceilings: tuple[str, ...], min_dsp: str | None, given: str | None, banks: str | None, ports: int | None, buffer: bool | None,
-        output: str | None, plot: str | None, as_json: bool) -> None:
+        ceilings: tuple[str, ...], min_dsp: str | None, given: str | None, banks: str | None, ports: int | None,
+        buffer: bool | None, output: str | None, plot: str | None, as_json: bool) -> None:
     """Pick the best NPU design for MODEL on BOARD by exhaustive DSE (Eq. 2), or evaluate the one --design names."""
     from fluidnpu.boards import load_board
     from fluidnpu.bundle import bundle_from_result, design_summary
@@ -309,7 +309,8 @@ def show(bundle_path: str, layers: bool, as_json: bool) -> None:
               help="serving: Poisson rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), default=50.0, show_default=True,
               help="serving: latency SLO (ms)")
-@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=450, show_default=True, help="serving: samples streamed")
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=450, show_default=True,
+              help="serving: samples streamed")
 @click.option("--cosim-images", type=int, default=8, show_default=True,
               help="images in the RTL co-simulation check (0 skips it)")
 @click.option("--json", "as_json", is_flag=True, help="print the summary as JSON")

@@ -2,7 +2,7 @@
 
 An image stem (ResNet-50's 7 x 7 stride-2 `conv1` over 3 channels) has kernel rows of kw * cin words
 (21): the fetcher reads each as a run of its own, one command a cycle, so a step of the array's
-108 words a row costs about six commands against one cycle of compute (docs/dse.md, "Wave 3p").
+108 words a row costs about six commands against one cycle of compute (docs/dse.md).
 The host can hand the NPU the same layer with contiguous windows instead: output row oy's kh input
 rows laid side by side as channels,
 

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.workload import Exit, Layer, Workload

@@ -21,7 +21,8 @@ last backbone layer). Inputs are HWC: transpose NCHW images with
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -82,8 +83,8 @@ def load_onnx_network(path: str | os.PathLike, exits: Sequence[str] = (),
         if node.op_type == "Conv":
             if L.groups != 1 or tuple(L.dilation) != (1, 1):
                 raise fail(f"node {L.name!r}: grouped or dilated Conv is not supported by the runtime")
-            w = inits[node.input[1]].astype(np.float64)                # (cout, cin, kh, kw)
-            weight = w.transpose(2, 3, 1, 0).reshape(L.P, L.C)
+            kernel = inits[node.input[1]].astype(np.float64)           # (cout, cin, kh, kw)
+            weight = kernel.transpose(2, 3, 1, 0).reshape(L.P, L.C)
             bias = inits[node.input[2]].astype(np.float64) if len(node.input) > 2 and node.input[2] else np.zeros(L.C)
         elif node.op_type == "Gemm":
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:

@@ -12,14 +12,15 @@ Standard library and rich only: it runs on a board's ARM cores as well.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 import errno
 import json
 import math
 import os
-from pathlib import Path
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console

@@ -33,9 +33,10 @@ numpy only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -243,7 +244,7 @@ class SaturationReport:
     def any(self) -> bool:
         return any(self.saturated)
 
-    def add(self, other: "SaturationReport") -> None:
+    def add(self, other: SaturationReport) -> None:
         self.saturated = [a + b for a, b in zip(self.saturated, other.saturated)]
         self.total = [a + b for a, b in zip(self.total, other.total)]
 

@@ -9,17 +9,18 @@ the expected form beside what is wrong.
 
 from __future__ import annotations
 
-from functools import lru_cache
 import json
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from functools import cache
+from typing import Any
 
 import fastjsonschema
 
 from fluidnpu.errors import FluidError
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(schema_json: str) -> Callable[[Any], Any]:
     return fastjsonschema.compile(json.loads(schema_json))
 

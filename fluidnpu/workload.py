@@ -13,8 +13,9 @@ GEMM view of a layer (per convolution group):
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 
@@ -78,7 +79,7 @@ class Layer:
         padding: int | Sequence[int] = 0,
         groups: int = 1,
         dilation: int | Sequence[int] = 1,
-    ) -> "Layer":
+    ) -> Layer:
         """A 2-D convolution; output size follows the usual floor formula."""
         ih, iw = _pair(in_hw)
         kh, kw = _pair(kernel)
@@ -98,13 +99,13 @@ class Layer:
         )
 
     @classmethod
-    def fc(cls, name: str, in_features: int, out_features: int) -> "Layer":
+    def fc(cls, name: str, in_features: int, out_features: int) -> Layer:
         """A fully-connected layer: R = 1 per sample, which is why batching matters for it."""
         return cls(name=name, kind="fc", R=1, P=in_features, C=out_features,
                    in_ch=in_features, out_ch=out_features)
 
     @classmethod
-    def matmul(cls, name: str, rows: int, inner: int, cols: int) -> "Layer":
+    def matmul(cls, name: str, rows: int, inner: int, cols: int) -> Layer:
         """A plain (rows x inner) @ (inner x cols) product with constant weights."""
         return cls(name=name, kind="matmul", R=rows, P=inner, C=cols, in_ch=inner, out_ch=cols,
                    in_hw=(rows, 1), out_hw=(rows, 1))
@@ -127,7 +128,7 @@ class Layer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Layer":
+    def from_dict(cls, d: dict[str, Any]) -> Layer:
         return cls(
             name=d["name"], kind=d["kind"], R=d["R"], P=d["P"], C=d["C"], groups=d["groups"],
             in_ch=d["in_ch"], out_ch=d["out_ch"], in_hw=tuple(d["in_hw"]), out_hw=tuple(d["out_hw"]),
@@ -155,7 +156,7 @@ class Exit:
                 "head": [layer.to_dict() for layer in self.head]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Exit":
+    def from_dict(cls, d: dict[str, Any]) -> Exit:
         return cls(name=d["name"], position=d["position"], rate=d["rate"],
                    head=tuple(Layer.from_dict(x) for x in d["head"]))
 
@@ -179,7 +180,8 @@ class Workload:
     exits: tuple[Exit, ...]
     input_shape: tuple[int, ...] = field(default=())
     source: str = ""
-    stem: Layer | None = None       # the network's own first layer where backbone[0] is it folded (fluidnpu/lowering.py)
+    # the network's own first layer where backbone[0] is it folded (fluidnpu/lowering.py)
+    stem: Layer | None = None
 
     def __post_init__(self) -> None:
         if not self.backbone:
@@ -235,7 +237,7 @@ class Workload:
         for seg in range(len(self.exits)):
             yield [s for s in sched if s.segment == seg]
 
-    def without_exits(self) -> "Workload":
+    def without_exits(self) -> Workload:
         """The backbone alone (every sample runs to the end), as the paper's NPU ablation uses."""
         return Workload(f"{self.name} backbone", self.backbone,
                         (Exit("final", len(self.backbone) - 1, (), 1.0),), self.input_shape, self.source, self.stem)
@@ -255,7 +257,7 @@ class Workload:
                 "exits": [e.to_dict() for e in self.exits], **({"stem": self.stem.to_dict()} if self.stem else {})}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Workload":
+    def from_dict(cls, d: dict[str, Any]) -> Workload:
         return cls(name=d["name"], source=d.get("source", ""), input_shape=tuple(d.get("input_shape", ())),
                    backbone=tuple(Layer.from_dict(x) for x in d["backbone"]),
                    exits=tuple(Exit.from_dict(x) for x in d["exits"]),

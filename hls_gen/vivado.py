@@ -27,10 +27,11 @@ machine that has Vivado.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-import re
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import m_axi_name
@@ -84,7 +85,7 @@ class PsFamily:
 
 
 def _z7_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
-    hp = {}
+    hp: dict[str, str] = {}
     for i in range(ports):
         hp |= {f"CONFIG.PCW_USE_S_AXI_HP{i}": "1", f"CONFIG.PCW_S_AXI_HP{i}_DATA_WIDTH": str(hp_width)}
     return {"CONFIG.PCW_USE_M_AXI_GP0": "1", **hp,
@@ -94,7 +95,7 @@ def _z7_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
 
 
 def _zynqmp_config(clock_mhz: float, hp_width: int, ports: int) -> dict[str, str]:
-    hp = {}
+    hp: dict[str, str] = {}
     for i in range(ports):      # S_AXI_HP<i>_FPD is S_AXI_GP<i+2>
         hp |= {f"CONFIG.PSU__USE__S_AXI_GP{i + 2}": "1", f"CONFIG.PSU__SAXIGP{i + 2}__DATA_WIDTH": str(hp_width)}
     return {"CONFIG.PSU__USE__M_AXI_GP0": "1", "CONFIG.PSU__USE__M_AXI_GP1": "0",
@@ -298,7 +299,7 @@ ipx::check_integrity $core
 ipx::save_core $core
 close_project
 puts "fluidnpu: packaged $fluidnpu_vendor:$fluidnpu_library:$fluidnpu_name:$fluidnpu_version (DESIGN_HASH $fluidnpu_design_hash) into $fluidnpu_ip_dir"
-"""
+"""  # noqa: E501 (Tcl lines kept whole, as the script Vivado reads)
 
 
 def _hp_ports_tcl(target: Target) -> tuple[str, str, str]:
@@ -405,7 +406,7 @@ if {{$fluidnpu_clock_actual eq "" || abs($fluidnpu_clock_actual - $fluidnpu_cloc
 validate_bd_design
 save_bd_design
 puts "fluidnpu: block design $fluidnpu_bd: {ps.clk} $fluidnpu_clock_actual MHz, $fluidnpu_hp_ports HP ports of $fluidnpu_hp_width bits, registers at $fluidnpu_reg_base ($fluidnpu_window bytes)"
-"""
+"""  # noqa: E501 (Tcl lines kept whole, as the script Vivado reads)
 
 
 def build_tcl(ctx: Mapping[str, Any], target: Target) -> str:
@@ -495,7 +496,7 @@ puts $fh "  \"bit\": \"$fluidnpu_out.bit\", \"hwh\": \"$fluidnpu_out.hwh\", \"xs
 puts $fh "\}"
 close $fh
 puts "fluidnpu: wrote [file join $fluidnpu_here $fluidnpu_out.bit], $fluidnpu_out.hwh and $fluidnpu_out.xsa (WNS $fluidnpu_wns ns)"
-"""
+"""  # noqa: E501 (Tcl lines kept whole, as the script Vivado reads)
 
 
 BUILD_SH = """\
@@ -506,7 +507,7 @@ set -e
 cd "$(dirname "$0")"
 command -v vivado >/dev/null 2>&1 || {{ echo "build.sh: vivado is not on PATH (source <Vivado install>/settings64.sh)" >&2; exit 127; }}
 exec vivado -mode batch -nojournal -log build.log -source build.tcl
-"""
+"""  # noqa: E501 (Tcl lines kept whole, as the script Vivado reads)
 
 
 def _port_list(target: Target) -> str:
@@ -577,8 +578,8 @@ def write_vivado_project(bundle: Any, outdir: Path, *, bundle_name: str = "desig
     ctx = {"bundle": bundle_name, "board": target.board, "part": target.part, "ps": target.ps.title,
            "clock": target.clock_mhz, "hash": want_hash, "ipx_family": target.ps.ipx_family,
            "top_module": rtl["top_module"], "rtl_files": [top_v.name, npu_v.name],
-           "m_axi_addr_width": _m_axi_addr_width(top_v.read_text()), "m_axi": rtl["m_axi"], "TR": TR, "TP": TP, "TC": TC,
-           "bmax": rtl["bmax"], "window": WINDOW_BYTES}
+           "m_axi_addr_width": _m_axi_addr_width(top_v.read_text()), "m_axi": rtl["m_axi"],
+           "TR": TR, "TP": TP, "TC": TC, "bmax": rtl["bmax"], "window": WINDOW_BYTES}
     files = {
         "package_ip": ("package_ip.tcl", package_ip_tcl(ctx)),
         "block_design": ("block_design.tcl", block_design_tcl(ctx, target)),

@@ -9,7 +9,7 @@ fluidnpu/cli.py through `commands`.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -25,18 +25,21 @@ from fluidnpu.output import MAX_BATCH, MAX_SAMPLES, FloatRange, emit_json, out
 @click.option("--model", "-m", default="digits-ee", show_default=True, help="runtime model: digits-ee")
 @click.option("--policy", "-p", default="fluidb", show_default=True,
               help="fluidb, lazybatching, serial, fc-/r-adaptb-s|m|l")
-@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True,
+              help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="latency SLO (ms)")
-@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=200, show_default=True, help="samples streamed (test split, cycled)")
+@click.option("--samples", type=click.IntRange(1, MAX_SAMPLES), default=200, show_default=True,
+              help="samples streamed (test split, cycled)")
 @click.option("--tau", type=float, default=0.8, show_default=True, help="exit threshold on softmax top-1")
 @click.option("--bmax", type=click.IntRange(1, MAX_BATCH), default=None,
-              help="largest batch (default: the design's; without --design the default design is DSE'd at it, default 4)")
+              help="largest batch (default: the design's; without --design the default design is DSE'd at it, "
+                   "default 4)")
 @click.option("--seed", type=int, default=0, show_default=True, help="arrival-time seed")
 @click.option("--timeout", "timeout_s", type=FloatRange(min=0, min_open=True), default=None,
               help="per-subnet device timeout in s (default 2 for model, 600 for rtl)")
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-def run_cmd(device: str, design: Optional[str], model: str, policy: str, rate: float, slo: float, samples: int,
-            tau: float, bmax: Optional[int], seed: int, timeout_s: Optional[float], as_json: bool) -> None:
+def run_cmd(device: str, design: str | None, model: str, policy: str, rate: float, slo: float, samples: int,
+            tau: float, bmax: int | None, seed: int, timeout_s: float | None, as_json: bool) -> None:
     """Serve SAMPLES test images at Poisson RATE with POLICY on a device, in wall-clock time."""
     rep = serve_report(device=device, design=design, model=model, policy=policy, rate=rate, slo_ms=slo,
                        samples=samples, tau=tau, bmax=bmax, seed=seed, timeout_s=timeout_s)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Optional
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import REG
@@ -60,10 +59,10 @@ class Buffer(abc.ABC):
         self._check(offset, n, "read")
         return self._read(offset, n)
 
-    def sync_to_device(self) -> None:
+    def sync_to_device(self) -> None:  # noqa: B027 (a no-op where memory is coherent, not abstract)
         """Flush CPU caches so the NPU sees what the host wrote (no-op where coherent)."""
 
-    def sync_from_device(self) -> None:
+    def sync_from_device(self) -> None:  # noqa: B027 (a no-op where memory is coherent, not abstract)
         """Invalidate CPU caches so the host sees what the NPU wrote (no-op where coherent)."""
 
     def free(self) -> None:
@@ -72,7 +71,7 @@ class Buffer(abc.ABC):
             self._free()
         self.freed = True
 
-    def _free(self) -> None:
+    def _free(self) -> None:  # noqa: B027 (a buffer with nothing to release keeps the default)
         pass
 
     @abc.abstractmethod
@@ -81,7 +80,7 @@ class Buffer(abc.ABC):
     @abc.abstractmethod
     def _read(self, offset: int, n: int) -> bytes: ...
 
-    def __enter__(self) -> "Buffer":
+    def __enter__(self) -> Buffer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -181,17 +180,17 @@ class Device(abc.ABC):
             if self.poll_interval_s:
                 time.sleep(self.poll_interval_s)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a device with no transport keeps the default)
         """Release the transport (unmap, close files); idempotent."""
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     # convenience for drivers and tests
-    def reg(self, name: str, value: Optional[int] = None) -> int:
+    def reg(self, name: str, value: int | None = None) -> int:
         """Read register `name`, or write `value` to it (returns the value)."""
         off = REG[name].offset
         if value is None:

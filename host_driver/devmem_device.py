@@ -32,14 +32,14 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional, Union
 
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import REG, WINDOW_BYTES
 from fluidnpu.host_driver.device import Buffer, BumpAllocator, BytesBuffer, Device
+from fluidnpu.hw.regmap import REG, WINDOW_BYTES
 
 PAGE = mmap.PAGESIZE
 SLCR_BASE = 0xF800_0000
@@ -50,7 +50,7 @@ SLCR_LOCK_KEY, SLCR_UNLOCK_KEY = 0x767B, 0xDF0D
 class _Mapping:
     """`size` bytes of a file (device) from byte `offset` (any alignment), mapped shared."""
 
-    def __init__(self, path: Union[str, Path], offset: int, size: int, sync: bool = True, what: str = "") -> None:
+    def __init__(self, path: str | Path, offset: int, size: int, sync: bool = True, what: str = "") -> None:
         flags = os.O_RDWR | (os.O_SYNC if sync else 0)
         try:
             self.fd = os.open(str(path), flags)
@@ -80,13 +80,13 @@ class _Mapping:
         if self.mm is None:
             return
         self.bytes.release()
-        self.words = None
+        self.words = None  # type: ignore[assignment]  # closed: a read or write after close() fails
         try:
             self.mm.close()
         except BufferError:   # a caller still holds a view; the OS unmaps at exit
             pass
         os.close(self.fd)
-        self.mm = None
+        self.mm = None  # type: ignore[assignment]  # closed: close() again returns at once
 
 
 def _read_sysfs_int(path: Path, what: str) -> int:
@@ -101,7 +101,7 @@ def _read_sysfs_int(path: Path, what: str) -> int:
 class UdmaBufBuffer(BytesBuffer):
     """A piece of a u-dma-buf; with a cached mapping, syncs go through the u-dma-buf sysfs files."""
 
-    def __init__(self, dev: "DevMemDevice", start: int, nbytes: int) -> None:
+    def __init__(self, dev: DevMemDevice, start: int, nbytes: int) -> None:
         super().__init__(dev._mem.bytes, start, nbytes, dev.dma_phys, on_free=lambda b: dev._alloc.free(start))
         self._dev = dev
 
@@ -126,9 +126,9 @@ class DevMemDevice(Device):
 
     name = "devmem"
 
-    def __init__(self, *, uio: Optional[str] = None, reg_base: Optional[int] = None,
-                 udmabuf: Optional[str] = "udmabuf0", dma_region: Optional[tuple[int, int]] = None,
-                 cached: bool = False, reset: Union[str, Callable[[], None], None] = "zynq7",
+    def __init__(self, *, uio: str | None = None, reg_base: int | None = None,
+                 udmabuf: str | None = "udmabuf0", dma_region: tuple[int, int] | None = None,
+                 cached: bool = False, reset: str | Callable[[], None] | None = "zynq7",
                  mem_path: str = "/dev/mem", sysfs_root: str = "/sys", dev_root: str = "/dev") -> None:
         self.mem_path, self.sysfs, self.devroot = mem_path, Path(sysfs_root), Path(dev_root)
         self._regs = self._mem = None

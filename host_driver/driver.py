@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import (ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table,
-                                supported_k_codes)
 from fluidnpu.host_driver.device import Buffer, BufferTooSmall, Device
 from fluidnpu.host_driver.memory_plan import LayerParams, SubnetImage, plan_subnet, subnet_nbytes
+from fluidnpu.hw.regmap import ID_VALUE, REG, VERSION_MAJOR, ErrorCode, NpuParams, fbcb_table, supported_k_codes
 
 _STATUS = REG["STATUS"]
 _BUSY = _STATUS.field("BUSY")
@@ -52,6 +52,7 @@ class NpuError(FluidError):
     """The NPU reported STATUS.ERROR; `.code` is the hw/regmap.py ErrorCode."""
 
     def __init__(self, code: int, context: str = "") -> None:
+        self.code: ErrorCode | int             # a code the register map does not define stays an int
         try:
             self.code = ErrorCode(code)
             text = f"{self.code.name}: {self.code.message}"
@@ -79,7 +80,7 @@ def describe_status(word: int) -> str:
 # ---- bundles ----------------------------------------------------------------------------------
 
 def stub_bundle(TR: int, TP: int, TC: int, bmax: int, entries: Sequence[Sequence[Sequence[int]]], *,
-                axi_dw: int = 64, timing: Optional[Mapping[str, Any]] = None) -> dict:
+                axi_dw: int = 64, timing: Mapping[str, Any] | None = None) -> dict:
     """The part of a design bundle the driver and devices read: design, Bmax, FBCB, AXI width.
 
     For tests and small engines the DSE would never pick; a real `Bundle`
@@ -107,7 +108,7 @@ def _data(bundle: Any) -> Mapping[str, Any]:
     return data
 
 
-def bundle_params(bundle: Any, axi_dw: Optional[int] = None) -> NpuParams:
+def bundle_params(bundle: Any, axi_dw: int | None = None) -> NpuParams:
     """NpuParams of a Bundle, its dict, or NpuParams itself."""
     if isinstance(bundle, NpuParams):
         return bundle
@@ -130,14 +131,14 @@ class NpuDriver:
     """
 
     def __init__(self, device: Device, bundle: Any, *, verify: bool = True, load: bool = True,
-                 axi_dw: Optional[int] = None, soft_reset_grace_s: float = 0.05) -> None:
+                 axi_dw: int | None = None, soft_reset_grace_s: float = 0.05) -> None:
         self.device = device
         self.bundle = bundle
         self.params = bundle_params(bundle, axi_dw)
         self.soft_reset_grace_s = soft_reset_grace_s
-        self._bactive: Optional[int] = None
+        self._bactive: int | None = None
         self._fbcb_loaded = False
-        self._fbcb_words: Optional[tuple[int, ...]] = None     # what load_fbcb wrote last (a hard reset restores it)
+        self._fbcb_words: tuple[int, ...] | None = None     # what load_fbcb wrote last (a hard reset restores it)
         self.last_host_s = 0.0     # host-side time of the last run_subnet, device wait excluded
         self.last_wait_s = 0.0
         if verify:
@@ -146,7 +147,7 @@ class NpuDriver:
             self.load_fbcb()
 
     # -- registers
-    def reg(self, name: str, value: Optional[int] = None) -> int:
+    def reg(self, name: str, value: int | None = None) -> int:
         return self.device.reg(name, value)
 
     def status(self) -> int:
@@ -182,7 +183,7 @@ class NpuDriver:
                                  "bundle it was built from)")
 
     # -- FBCB and Bactive
-    def load_fbcb(self, words: Optional[Sequence[int]] = None) -> None:
+    def load_fbcb(self, words: Sequence[int] | None = None) -> None:
         """Write the whole FBCB (default: the bundle's table; all zero for bare NpuParams) through
         FBCB_ADDR/FBCB_DATA."""
         if words is None:
@@ -237,14 +238,14 @@ class NpuDriver:
         return after
 
     # -- memory
-    def place(self, layers: Sequence[LayerParams], bmax: Optional[int] = None) -> SubnetImage:
+    def place(self, layers: Sequence[LayerParams], bmax: int | None = None) -> SubnetImage:
         """Allocate a device buffer for a subnet, plan it there and upload it (weights, descriptors)."""
         bmax = bmax or self.params.bmax
         buf = self.device.alloc(subnet_nbytes(list(layers), bmax))
         return plan_subnet(list(layers), bmax, buffer=buf)
 
     def _check_image(self, image: SubnetImage) -> None:
-        buf: Optional[Buffer] = image.buffer
+        buf: Buffer | None = image.buffer
         if buf is None:
             raise FluidError("the subnet image is not placed in a device buffer: plan it with "
                              "plan_subnet(..., buffer=device.alloc(subnet_nbytes(...))) or driver.place(...)")
@@ -257,7 +258,7 @@ class NpuDriver:
             raise FluidError(f"subnet of {image.desc_count} layers; the NPU's FBCB holds {self.params.layers}")
 
     # -- running
-    def start(self, image: SubnetImage, b: Optional[int] = None) -> None:
+    def start(self, image: SubnetImage, b: int | None = None) -> None:
         """The programming sequence of a run, and nothing after it: load the FBCB if it is not,
         BACTIVE (`b` sets it), DESC_BASE/DESC_COUNT, clear IRQ_STATUS and the counters, START.
         `run_subnet` waits for the run; testbenches that interrupt one call this alone."""
@@ -273,7 +274,7 @@ class NpuDriver:
         dev.write32(_CTRL.offset, CLEAR_COUNTERS)
         dev.write32(_CTRL.offset, START)
 
-    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: Optional[int] = None) -> dict:
+    def run_subnet(self, image: SubnetImage, timeout_s: float = 1.0, b: int | None = None) -> dict:
         """START the image's descriptor table at Bactive (`b` sets it first) and wait for DONE.
 
         Returns the counters {"busy", "mac", "dma_stall", "layers"} (cycles, layers) of this run.
@@ -329,7 +330,7 @@ class NpuDriver:
     def close(self) -> None:
         self.device.close()
 
-    def __enter__(self) -> "NpuDriver":
+    def __enter__(self) -> NpuDriver:
         return self
 
     def __exit__(self, *exc: object) -> None:

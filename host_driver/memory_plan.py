@@ -15,7 +15,7 @@ buffer's bus address, uploads it, and from then on `write_tensor` /
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +43,8 @@ class LayerParams:
             raise FluidError(f"layer {g.layer}: weights must be int16 {g.P}x{g.cout}, "
                              f"got {self.weights.dtype} {self.weights.shape}")
         if self.bias.shape != (g.cout,) or self.bias.dtype != np.int32:
-            raise FluidError(f"layer {g.layer}: bias must be int32 of {g.cout}, got {self.bias.dtype} {self.bias.shape}")
+            raise FluidError(f"layer {g.layer}: bias must be int32 of {g.cout}, "
+                             f"got {self.bias.dtype} {self.bias.shape}")
 
 
 @dataclass
@@ -71,7 +72,7 @@ class SubnetImage:
     tensors: list[Tensor]          # tensors[0] is the input, tensors[i + 1] layer i's output
     bmax: int
     extra: dict[str, int] = field(default_factory=dict)
-    buffer: Optional[Any] = None     # the device Buffer (host_driver/device.py) holding the image, if bound
+    buffer: Any | None = None     # the device Buffer (host_driver/device.py) holding the image, if bound
 
     @property
     def desc_count(self) -> int:
@@ -81,7 +82,7 @@ class SubnetImage:
     def nbytes(self) -> int:
         return len(self.memory)
 
-    def bind(self, buffer: Any, upload: bool = True) -> "SubnetImage":
+    def bind(self, buffer: Any, upload: bool = True) -> SubnetImage:
         """Tie the image to a device buffer at its base address and copy it there."""
         if buffer.phys_addr != self.base:
             raise FluidError(f"image planned at {self.base:#x} cannot live in a buffer at {buffer.phys_addr:#x}; "
@@ -174,7 +175,7 @@ def subnet_nbytes(layers: list[LayerParams], bmax: int) -> int:
     return len(plan_subnet(layers, bmax, base=0).memory)
 
 
-def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000, buffer: Optional[Any] = None) -> SubnetImage:
+def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000, buffer: Any | None = None) -> SubnetImage:
     """Lay out a chain of layers (each reads the previous one's output) for up to Bmax samples.
 
     With `buffer` (a device Buffer), the image is placed at the buffer's bus
@@ -192,7 +193,8 @@ def plan_subnet(layers: list[LayerParams], bmax: int, base: int = 0x1000, buffer
         g = lp.geometry
         flattens = (g.in_h, g.in_w) == (1, 1) and g.cin == int(np.prod(shapes[-1]))   # FC after a conv
         if (g.in_h, g.in_w, g.cin) != shapes[-1] and not flattens:
-            raise FluidError(f"layer {i} expects input {(g.in_h, g.in_w, g.cin)}, the previous layer gives {shapes[-1]}")
+            raise FluidError(f"layer {i} expects input {(g.in_h, g.in_w, g.cin)}, "
+                             f"the previous layer gives {shapes[-1]}")
         shapes.append((g.out_h, g.out_w, g.cout))
 
     addr = base

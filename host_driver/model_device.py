@@ -23,14 +23,26 @@ it; "hard" — only `reset()` does.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
+from fluidnpu.host_driver.device import Buffer, BumpAllocator, BytesBuffer, Device
 from fluidnpu.hw.descriptor import DESC_STRIDE_BYTES, DESC_WORDS, unpack_fields
 from fluidnpu.hw.reference import gemm_bias, postprocess
-from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, buffer_window, decode_fbcb_entry, fbcb_buffered, k_dims, supported_k_codes)
-from fluidnpu.host_driver.device import BumpAllocator, BytesBuffer, Device, Buffer
+from fluidnpu.hw.regmap import (
+    BUSY_LOCKED,
+    REG,
+    REGISTERS,
+    Access,
+    ErrorCode,
+    NpuParams,
+    buffer_window,
+    decode_fbcb_entry,
+    fbcb_buffered,
+    k_dims,
+    supported_k_codes,
+)
 
 _W = {r.offset >> 2: r for r in REGISTERS}
 _MASK32 = 0xFFFFFFFF
@@ -52,10 +64,10 @@ class ModelDevice(Device):
     poll_interval_s = 0.0
 
     def __init__(self, bundle: Any, *, mem_bytes: int = 64 << 20, mem_base: int = 0x1000_0000,
-                 axi_dw: Optional[int] = None, timing: Any = None, hang: Optional[str] = None,
+                 axi_dw: int | None = None, timing: Any = None, hang: str | None = None,
                  preload_fbcb: bool = True) -> None:
-        from fluidnpu.host_driver.driver import _data, bundle_params
         from fluidnpu.dse.perf_model import DEFAULT_TIMING, EngineTiming
+        from fluidnpu.host_driver.driver import _data, bundle_params
 
         self.params: NpuParams = bundle_params(bundle, axi_dw)
         if timing is None and not isinstance(bundle, NpuParams):
@@ -102,7 +114,7 @@ class ModelDevice(Device):
         n = reg.name
         p = self.params
         if n == "ID" or n == "VERSION":
-            return reg.reset
+            return reg.reset or 0            # constants: never None
         if n.startswith("CFG_"):
             return p.cfg_values[n] & _MASK32
         if n.startswith("CYC_"):
@@ -236,7 +248,7 @@ class ModelDevice(Device):
         words = list(np.frombuffer(bytes(self.memory[off:off + DESC_WORDS * 4]), dtype="<u4"))
         return unpack_fields([int(w) for w in words])
 
-    def _plan(self, f: dict, b: int) -> Optional[dict]:
+    def _plan(self, f: dict, b: int) -> dict | None:
         """The sequencer's checks and plan for one layer; None = BAD_DESCRIPTOR."""
         p = self.params
         if (f["layer"] >= p.layers or f["npix"] == 0 or f["cout"] == 0 or f["P"] == 0 or f["cin"] == 0
@@ -285,8 +297,8 @@ class ModelDevice(Device):
 
     def _layer_plan(self, f: dict, b: int) -> tuple:
         """The layer's memory walk for a descriptor at Bactive `b`: the int16 indices its im2col reads
-        (by the descriptor's byte strides), the valid taps (None: all) of its taps, where its outputs go, its weight and bias
-        offsets; every address checked against the device memory (AXI_READ / AXI_WRITE). Cached per
+        (by the descriptor's byte strides), the valid taps (None: all) of its taps, where its outputs go,
+        its weight and bias offsets; every address checked against the device memory (AXI_READ / AXI_WRITE). Cached per
         descriptor and `b`: a serving run walks the same few layers over and over, and building the walk
         costs more than the arithmetic at these sizes."""
         key = (tuple(f.values()), b)

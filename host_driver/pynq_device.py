@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import importlib
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import VERSION_MAJOR, VLNV, WINDOW_BYTES
 from fluidnpu.host_driver.device import Buffer, Device
+from fluidnpu.hw.regmap import VERSION_MAJOR, VLNV, WINDOW_BYTES
 
 _VLNV_BASE = VLNV.rpartition(":")[0]           # vendor:library:name
 
@@ -44,12 +45,12 @@ class HwhCell:
 
     name: str
     vlnv: str
-    base: Optional[int]
-    size: Optional[int]
+    base: int | None
+    size: int | None
     parameters: dict
 
 
-def _int(text: Optional[str]) -> Optional[int]:
+def _int(text: str | None) -> int | None:
     if text is None or text == "":
         return None
     return int(text, 0)
@@ -62,7 +63,7 @@ def parse_hwh(path: str | Path) -> list[HwhCell]:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
         raise FluidError(f"cannot read the hardware handoff {path}: {exc}") from None
-    ranges: dict[str, tuple[Optional[int], Optional[int]]] = {}
+    ranges: dict[str, tuple[int | None, int | None]] = {}
     for mr in root.iter("MEMRANGE"):
         inst = mr.get("INSTANCE")
         if inst and mr.get("MEMTYPE", "REGISTER") == "REGISTER":
@@ -84,7 +85,7 @@ def parse_hwh(path: str | Path) -> list[HwhCell]:
     return cells
 
 
-def check_hwh(path: str | Path, bundle: Any = None, name: Optional[str] = None) -> HwhCell:
+def check_hwh(path: str | Path, bundle: Any = None, name: str | None = None) -> HwhCell:
     """The NPU cell of a .hwh, checked against this driver (VLNV major, window) and `bundle` (hash)."""
     cells = parse_hwh(path)
     if name is not None:
@@ -173,9 +174,9 @@ class PynqDevice(Device):
 
     name = "pynq"
 
-    def __init__(self, bitfile: Optional[str] = None, *, bundle: Any = None, overlay: Any = None,
-                 ip_name: Optional[str] = None, download: bool = True, check: bool = True,
-                 reset_fn: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, bitfile: str | None = None, *, bundle: Any = None, overlay: Any = None,
+                 ip_name: str | None = None, download: bool = True, check: bool = True,
+                 reset_fn: Callable[[], None] | None = None) -> None:
         pynq = importlib.import_module("pynq")
         self._pynq = pynq
         ip_cls = npu_ip_class(pynq)      # registered before the Overlay binds drivers
@@ -201,7 +202,7 @@ class PynqDevice(Device):
         self._buffers: list[PynqBufferWrap] = []
 
     @staticmethod
-    def _find_ip(overlay: Any, ip_name: Optional[str], ip_cls: type) -> tuple[str, Any]:
+    def _find_ip(overlay: Any, ip_name: str | None, ip_cls: type) -> tuple[str, Any]:
         names = [n for n, d in overlay.ip_dict.items()
                  if str(d.get("type", "")).rpartition(":")[0] == _VLNV_BASE and (ip_name is None or n == ip_name)]
         if not names:

@@ -32,9 +32,10 @@ use as the reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 
@@ -49,10 +50,10 @@ class SampleState:
 
     acts: dict[int, np.ndarray]              # producer layer (-1: input) -> int16 tensor of this sample
     position: int = 0                        # the layer boundary the sample is at
-    exit: Optional[int] = None               # exit taken (None while in flight)
-    pred: Optional[int] = None
-    confidence: Optional[float] = None
-    logits: Optional[np.ndarray] = None      # float logits at the exit taken
+    exit: int | None = None               # exit taken (None while in flight)
+    pred: int | None = None
+    confidence: float | None = None
+    logits: np.ndarray | None = None      # float logits at the exit taken
     confidences: list[float] = field(default_factory=list)   # top-1 probability at every exit passed
 
     @property
@@ -76,7 +77,7 @@ class RunStats:
 class NetworkRuntime:
     """Runs layer ranges of `qnet` on `driver` for batches of up to Bmax samples."""
 
-    def __init__(self, qnet: QuantizedNetwork, driver: Any = None, *, bmax: Optional[int] = None,
+    def __init__(self, qnet: QuantizedNetwork, driver: Any = None, *, bmax: int | None = None,
                  tau: float = 0.8, timeout_s: float = 5.0) -> None:
         self.qnet = qnet
         self.driver = driver
@@ -254,12 +255,13 @@ class NetworkRuntime:
 
 
 def infer_on_driver(driver: Any, qnet: QuantizedNetwork, x: np.ndarray, tau: float = 0.8,
-                    bmax: Optional[int] = None) -> dict[str, Any]:
+                    bmax: int | None = None) -> dict[str, Any]:
     """Module-level (picklable) inference for `run_with_rtl`: exits, predictions, exit logits, counters."""
     rt = NetworkRuntime(qnet, driver, bmax=bmax, tau=tau)
     t0 = time.perf_counter()
     states = rt.infer(x)
     return {"exit": [s.exit for s in states], "pred": [s.pred for s in states],
-            "logits": np.stack([s.logits for s in states]), "device_cycles": rt.device_cycles,
+            # every sample has exited, so each has its logits
+            "logits": np.stack([cast(np.ndarray, s.logits) for s in states]), "device_cycles": rt.device_cycles,
             "subnet_runs": rt.subnet_runs, "wall_s": time.perf_counter() - t0,
             "saturation": rt.saturation.to_dict()}

@@ -15,14 +15,14 @@ The command itself is host_driver/cli.py.
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any
 
 from fluidnpu.errors import FluidError
 
 MODELS = ("digits-ee",)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_network(model: str):
     """(float network, quantised network, test inputs, test labels) of a runtime model; quantised once
     per process (`fluidnpu flow` serves and co-simulates the same network)."""
@@ -76,8 +76,8 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def serve_report(*, device: str, design: Any = None, model: str = "digits-ee", policy: str = "fluidb",
-                 rate: float, slo_ms: float, samples: int = 200, tau: float = 0.8, bmax: Optional[int] = None,
-                 seed: int = 0, timeout_s: Optional[float] = None) -> dict[str, Any]:
+                 rate: float, slo_ms: float, samples: int = 200, tau: float = 0.8, bmax: int | None = None,
+                 seed: int = 0, timeout_s: float | None = None) -> dict[str, Any]:
     """The report of `fluidnpu run` (also used by `fluidnpu flow`). `design`: a bundle path, a Bundle,
     or None for the model's default small design."""
     import numpy as np

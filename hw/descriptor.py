@@ -13,8 +13,8 @@ layer's HWC output: P is ordered (ky, kx, cin), a row is one output pixel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 import struct
+from dataclasses import dataclass, fields
 from typing import Any
 
 from fluidnpu.errors import FluidError
@@ -115,7 +115,7 @@ class LayerDescriptor:
         return self.dst_cpitch or self.cout
 
     @classmethod
-    def from_layer(cls, layer: Any, index: int, **placement: Any) -> "LayerDescriptor":
+    def from_layer(cls, layer: Any, index: int, **placement: Any) -> LayerDescriptor:
         """Descriptor of a workload `Layer` (conv, fc or matmul) at FBCB row `index`."""
         if layer.groups != 1:
             raise FluidError(f"layer {layer.name!r}: grouped convolutions (groups={layer.groups}) "

@@ -236,7 +236,7 @@ class ReadEngine(wiring.Component):
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16, tag_width: int = 4,
                  max_outstanding: int = 8, id_width: int = 1, two_streams: bool = False):
-        self.geometry = g = _Geometry(addr_width, data_width, nmax, max_outstanding, id_width)
+        self.geometry = _Geometry(addr_width, data_width, nmax, max_outstanding, id_width)
         if tag_width < 1:
             raise ValueError(f"tag_width must be >= 1, not {tag_width}")
         self.tag_width = tag_width
@@ -349,7 +349,7 @@ class WriteEngine(wiring.Component):
 
     def __init__(self, addr_width: int = 32, data_width: int = 64, nmax: int = 16,
                  max_outstanding: int = 8, id_width: int = 1):
-        self.geometry = g = _Geometry(addr_width, data_width, nmax, max_outstanding, id_width)
+        self.geometry = _Geometry(addr_width, data_width, nmax, max_outstanding, id_width)
         super().__init__({
             "cmd": In(stream.Signature(write_cmd_layout(addr_width, nmax))),
             "axi": Out(axi4_write_signature(addr_width, data_width, id_width)),

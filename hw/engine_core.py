@@ -35,7 +35,8 @@ step's last row has passed the multipliers, however short the step.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import wiring
@@ -43,8 +44,18 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from fluidnpu.hw.mac_tree import adder_tree, delay, delay_taps, dsp_chain
-from fluidnpu.hw.regmap import (BUFFERS, RAM_STYLES, KCode, bank_select_bits, chain_position, chains, mode_depth,
-                                nmax as npu_nmax, sum_depth, supported_k_codes)
+from fluidnpu.hw.regmap import (
+    BUFFERS,
+    RAM_STYLES,
+    KCode,
+    bank_select_bits,
+    chain_position,
+    chains,
+    mode_depth,
+    nmax as npu_nmax,
+    sum_depth,
+    supported_k_codes,
+)
 
 K1, K2, KHALF = KCode.K1, KCode.K2, KCode.KHALF   # short names for the FBCB k codes (hw/regmap.py)
 
@@ -129,7 +140,7 @@ class EngineCore(wiring.Component):
         if not set(self.placement) <= set(BUFFERS) or not set(self.placement.values()) <= set(RAM_STYLES):
             raise ValueError(f"placement {self.placement}: memories {BUFFERS}, each one of {tuple(RAM_STYLES)}")
         self.h = TP // 2
-        self.sum_depth = L = sum_depth(TP)
+        self.sum_depth = sum_depth(TP)
         # a plain-PE engine (stackable=False, the baselines') has k = 1 only: no pair adders, no
         # k=2/k=1/2 lane or bank multiplexers, no upper-half bias registers
         self.modes = supported_k_codes(TR, TP, TC, stackable)
@@ -233,8 +244,9 @@ class EngineCore(wiring.Component):
         # NB banks, each split into a lanes [0,TP) memory (lo) and a lanes [TP,2TP)
         # memory (hi): a k=2 row uses both at one address, k=1 and k=1/2 rows
         # alternate between them, so the buffer holds TR x TP lanes per ib half.
-        D = -(-(-(-TR // NB)) // 2)
-        lo_mem, hi_mem = [], []
+        D = -(-TR // NB // 2)
+        lo_mem: list[tuple[Any, Any]] = []             # (write port, read port) a bank
+        hi_mem: list[tuple[Any, Any]] = []
         for b in range(NB):
             for lst, nm in ((lo_mem, "lo"), (hi_mem, "hi")):
                 mem = Memory(shape=unsigned(16 * TP), depth=2 * D, init=[], attrs=self._ram_attrs("input"))
@@ -272,7 +284,7 @@ class EngineCore(wiring.Component):
         # ---------------- weight and bias registers ----------------
         W = [[[Signal(signed(16), name=f"w{wb}_{p}_{i}") for i in range(TP)] for p in range(TC)] for wb in range(2)]
         BA = [[Signal(signed(32), name=f"ba{wb}_{p}") for p in range(TC)] for wb in range(2)]
-        BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else None
+        BB = [[Signal(signed(32), name=f"bb{wb}_{p}") for p in range(TC)] for wb in range(2)] if has_kh else []
         self._weight_writes(m, W, BA, BB, is1, is2, ish, qA, qB)
 
         # ---------------- stage 1 (+ r): operands ----------------
@@ -291,9 +303,9 @@ class EngineCore(wiring.Component):
             lanes_hi = [Array(delay(m, hi_words[b][i], pos[i], f"in{b}_hi{i}") for b in range(NB))
                         for i in range(TP)]
         else:
-            lanes_hi = None
+            lanes_hi = []                               # k=2 only reads the upper lanes
         sA = [delay_taps(m, selA[p], rmax, f"selA{p}") for p in range(TC)]
-        sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else None
+        sB = [delay_taps(m, selB[p], rmax, f"selB{p}") for p in range(TC)] if has_kh else []
         X = [[Signal(signed(16), name=f"x{p}_{i}") for i in range(TP)] for p in range(TC)]
         WOP = [[Signal(signed(16), name=f"wop{p}_{i}") for i in range(TP)] for p in range(TC)]
         CA = [Signal(signed(32), name=f"ca{p}") for p in range(TC)]
@@ -363,8 +375,10 @@ class EngineCore(wiring.Component):
             if has_k2:
                 in0 = Mux(is2, pairs[c] if c < len(pairs) else Const(0, signed(32)), in0)
             if has_kh:
-                in0 = Mux(ish, halves[c][0], in0)
-                in1 = Mux(ish, halves[c][1], in1)
+                half = halves[c]
+                assert half is not None, "a k=1/2 engine's trees split at the half"
+                in0 = Mux(ish, half[0], in0)
+                in1 = Mux(ish, half[1], in1)
             for i, inp in ((0, in0), (1, in1)):
                 old = acc_mem[i][1].data[32 * c:32 * (c + 1)].as_signed()
                 m.d.comb += new[i][c].eq(Mux(a_tap["first"], 0, old) + inp)

@@ -12,12 +12,24 @@ page (a test checks it is current).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 from typing import Any
 
-from fluidnpu.hw.regmap import (ID_VALUE, POLICIES, REGISTERS, VERSION_MAJOR, VERSION_MINOR, WINDOW_BYTES,
-                                ErrorCode, K_CODES, NpuParams, Register, fbcb_br_bits, reset_value)
+from fluidnpu.hw.regmap import (
+    ID_VALUE,
+    K_CODES,
+    POLICIES,
+    REGISTERS,
+    VERSION_MAJOR,
+    VERSION_MINOR,
+    WINDOW_BYTES,
+    ErrorCode,
+    NpuParams,
+    Register,
+    fbcb_br_bits,
+    reset_value,
+)
 
 PREFIX = "FLUIDNPU"
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "register-map.md"

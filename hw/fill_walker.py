@@ -23,9 +23,9 @@ hw/sequencer.py answers itself, so that the half still completes.
 The input rows of a sample are max(0, iy_first) .. min(in_h - 1, iy_last + span), iy_first and
 iy_last the input rows the windows of the block's first and last output row in it start at, span
 (kh - 1) x dilation. A block's regions must fit one half: the walker does not check it, the plan
-does (a layer is buffered only where its largest block fits). No multiplier or divider: rows and addresses advance by addition, so a block
-costs its output rows plus its first region's input rows in cycles before the reads, which run at
-one a cycle. docs/hw-architecture.md, "A block input buffer".
+does (a layer is buffered only where its largest block fits). No multiplier or divider: rows and
+addresses advance by addition, so a block costs its output rows plus its first region's input rows
+in cycles before the reads, which run at one a cycle. docs/hw-architecture.md, "A block input buffer".
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class FillWalker(wiring.Component):
         log2w = ceil_log2(W)
         half, close = Signal(), Signal()
         sample, gend = Signal.like(blk.sample), Signal.like(blk.gend)
-        oy, iy, iy_first, iy_last = Signal(GEOM), Signal(signed(GEOM + 1)), Signal(signed(GEOM + 1)), Signal(signed(GEOM + 1))
+        oy, iy, iy_first, iy_last = (Signal(GEOM), Signal(signed(GEOM + 1)), Signal(signed(GEOM + 1)),
+                                     Signal(signed(GEOM + 1)))
         px_row = Signal(GEOM + 1)             # output pixels of the current row still in the block
         left = Signal(bits_for(self.TR))      # the block's pixels not yet walked
         sbase = Signal(ADDR)

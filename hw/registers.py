@@ -27,8 +27,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from fluidnpu.hw.axi import AXI_RESP_OKAY, axi_lite_signature
-from fluidnpu.hw.regmap import (BUSY_LOCKED, REG, REGISTERS, Access, ErrorCode, NpuParams, VERSION_VALUE,
-                                ID_VALUE)
+from fluidnpu.hw.regmap import BUSY_LOCKED, ID_VALUE, REG, REGISTERS, VERSION_VALUE, Access, ErrorCode, NpuParams
 
 
 class NpuRegisters(wiring.Component):

@@ -13,12 +13,13 @@ precedence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum, IntEnum
 import math
 import struct
-from typing import Any, Iterable, Mapping
 import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Any
 
 from fluidnpu.boards.catalog import NPU_AXI_PORTS_MAX
 from fluidnpu.errors import FluidError
@@ -329,8 +330,8 @@ REGISTERS: tuple[Register, ...] = (
              _whole("INDEX", "entry index", 16)),
     Register("FBCB_DATA", 0x30, Access.WO,
              "Writes the FBCB entry at FBCB_ADDR, then FBCB_ADDR += 1. Only the low ceil(log2 Bmax) bits of "
-             "BR_M1 are stored; on an NPU built with the block input buffer (the bundle's design.input_buffer) the next bit "
-             "up, bit 2 + ceil(log2 Bmax), is BUFFERED too: the layer's input runs at this batch size are "
+             "BR_M1 are stored; on an NPU built with the block input buffer (the bundle's design.input_buffer) "
+             "the next bit up, bit 2 + ceil(log2 Bmax), is BUFFERED too: the layer's input runs at this batch size are "
              "answered from the buffer (BUFFER_OVERFLOW if a block does not fit a half). Refused with "
              "FBCB_INDEX past the table, WRITE_WHILE_BUSY while BUSY.",
              (Field("K_CODE", 0, 2, "0: k = 1, 1: k = 2, 2: k = 1/2"),
@@ -550,7 +551,7 @@ def fbcb_table(bundle: Any) -> list[int]:
     """The packed FBCB contents, index layer*Bmax + (b-1), of a Bundle or its dict."""
     d = _bundle_data(bundle)
     bmax = int(d["bmax"])
-    words = []
+    words: list[int] = []
     for row in d["fbcb"]["entries"]:
         if len(row) != bmax:
             raise FluidError(f"FBCB row has {len(row)} entries, expected Bmax = {bmax}")
@@ -615,7 +616,8 @@ class NpuParams:
     nb: int | None = None       # input banks NB (the bundle's design.NB); None: input_banks(bmax)
     stackable: bool = True      # False: plain PEs (k = 1 only), as the bundle's DSE options say
     axi_ports: int = 1          # AXI4 master ports m_axi0.. (the bundle's design.ports), DMA commands dealt round-robin
-    placement: tuple[tuple[str, str], ...] = ()   # (buffer, "bram" | "uram"): resources.placement; () = the tool's choice
+    # (buffer, "bram" | "uram"): resources.placement; () = the tool's choice
+    placement: tuple[tuple[str, str], ...] = ()
     input_buffer: int = 0       # words a half of the block input buffer (hw/input_buffer.py); 0: none built
 
     def __post_init__(self) -> None:
@@ -657,7 +659,7 @@ class NpuParams:
                 "CFG_LAYERS": self.layers, "CFG_AXI_DW": self.axi_dw, "CFG_DESIGN_HASH": self.design_hash}
 
     @classmethod
-    def from_bundle(cls, bundle: Any, axi_dw: int | None = None, axi_ports: int | None = None) -> "NpuParams":
+    def from_bundle(cls, bundle: Any, axi_dw: int | None = None, axi_ports: int | None = None) -> NpuParams:
         """Parameters of a Bundle (or its dict); AXI width and port count default to the board's
         HP port width and the design's AXI masters (`design_ports`)."""
         d = _bundle_data(bundle)

@@ -20,7 +20,7 @@ the previous step has been handed over, which is when the core lets that half
 be overwritten, so the reads of the steps beyond wait in the DMA's ports, in
 order, and a step's round trip overlaps the core's work on the steps before
 it instead of following them (with two, a short step waited for its round
-trip every other step: docs/rtl-agreement.md, wave 3u).
+trip every other step: docs/rtl-agreement.md).
 """
 
 from __future__ import annotations
@@ -33,8 +33,17 @@ from amaranth.utils import bits_for
 from fluidnpu.hw.descriptor import LAYOUT
 from fluidnpu.hw.fill_walker import block_layout as fill_block_layout
 from fluidnpu.hw.regmap import FETCH_AHEAD, ROW_BITS
-from fluidnpu.hw.seq_streams import (ADDR, KIND_BIAS, KIND_INPUT, KIND_WEIGHT, block_layout, plan_layout,
-                                     read_cmd_layout, step_layout, tag_layout)
+from fluidnpu.hw.seq_streams import (
+    ADDR,
+    KIND_BIAS,
+    KIND_INPUT,
+    KIND_WEIGHT,
+    block_layout,
+    plan_layout,
+    read_cmd_layout,
+    step_layout,
+    tag_layout,
+)
 
 
 class SeqFetcher(wiring.Component):
@@ -61,7 +70,8 @@ class SeqFetcher(wiring.Component):
         self.tag = tag_layout(NB, TR, TP, TC, nmax)
         self.buffer = buffer
         super().__init__({
-            **({"buffered": In(1), "fill_issued": In(1), "fill_block": Out(stream.Signature(fill_block_layout(bmax, TR))),
+            **({"buffered": In(1), "fill_issued": In(1),
+                "fill_block": Out(stream.Signature(fill_block_layout(bmax, TR))),
                 "in_ctx": Out(data.StructLayout({"half": 1, "sample": bits_for(bmax) + 1, "last": 1}))}
                if buffer else {}),
             "plan": In(plan_layout(TR, TP, TC, NB, bmax)), "go": In(1), "idle": Out(1),

@@ -24,9 +24,17 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from fluidnpu.hw.engine_core import buffer_write_signatures, step_signature
-from fluidnpu.hw.seq_streams import (DESC_CMD_WORDS, KIND_BIAS, KIND_DESC, KIND_WEIGHT,
-                                     desc_chunk_layout, read_rsp_layout, staging_signature, step_layout,
-                                     tag_layout)
+from fluidnpu.hw.seq_streams import (
+    DESC_CMD_WORDS,
+    KIND_BIAS,
+    KIND_DESC,
+    KIND_WEIGHT,
+    desc_chunk_layout,
+    read_rsp_layout,
+    staging_signature,
+    step_layout,
+    tag_layout,
+)
 
 
 class SeqLoader(wiring.Component):

@@ -18,10 +18,27 @@ from amaranth.utils import bits_for
 
 from fluidnpu.hw.descriptor import BUFFER_LAYOUT, DESC_STRIDE_BYTES, DESC_WORDS, LAYOUT
 from fluidnpu.hw.divider import SeqDivider
-from fluidnpu.hw.regmap import (K_CODE_BITS, ROW_BITS, ErrorCode, KCode, fbcb_br_bits, fbcb_buffered_bit, k_dims,
-                                supported_k_codes)
-from fluidnpu.hw.seq_streams import (ADDR, DESC_CMD_WORDS, KIND_DESC, buffer_desc_layout, desc_chunk_layout,
-                                     plan_layout, read_cmd_layout, register_ports, store_control_params)
+from fluidnpu.hw.regmap import (
+    K_CODE_BITS,
+    ROW_BITS,
+    ErrorCode,
+    KCode,
+    fbcb_br_bits,
+    fbcb_buffered_bit,
+    k_dims,
+    supported_k_codes,
+)
+from fluidnpu.hw.seq_streams import (
+    ADDR,
+    DESC_CMD_WORDS,
+    KIND_DESC,
+    buffer_desc_layout,
+    desc_chunk_layout,
+    plan_layout,
+    read_cmd_layout,
+    register_ports,
+    store_control_params,
+)
 
 
 class SeqPlanner(wiring.Component):

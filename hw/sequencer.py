@@ -21,8 +21,8 @@ Four machines, each a Component of its own, joined by typed streams
 Everything the sequencer would need a multiplier for is precomputed by the
 host into the descriptor (hw/descriptor.py) or built by repeated addition.
 With `input_buffer` words a half it also holds the block input buffer (hw/buffered_input.py), which
-answers the input runs of a layer its FBCB entry marks buffered from chip memory in place of the DMA's input stream and takes
-that stream for its fills. This module only instantiates and connects them, with a register slice
+answers the input runs of a layer its FBCB entry marks buffered from chip memory in place of the DMA's
+input stream and takes that stream for its fills. This module only instantiates and connects them, with a register slice
 (hw/stream_slice.py) on each stream to and from the DMA, so that no path runs
 from the control unit's logic into the DMA's or back (the timing proxy,
 docs/resources.md).
@@ -33,11 +33,9 @@ from __future__ import annotations
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
 
 from fluidnpu.hw.buffered_input import BufferedInput
 from fluidnpu.hw.engine_core import buffer_write_signatures, step_signature
-from fluidnpu.hw.regmap import fbcb_entry_bits
 from fluidnpu.hw.seq_fetcher import SeqFetcher
 from fluidnpu.hw.seq_loader import SeqLoader
 from fluidnpu.hw.seq_planner import SeqPlanner

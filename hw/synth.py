@@ -19,15 +19,15 @@ out (`-noiopad`): the NPU is an IP block inside a larger design, not a chip.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 import functools
 import json
-from pathlib import Path
 import re
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError
@@ -68,7 +68,7 @@ class Counts:
     carry: int          # CARRY4/CARRY8 (not LUTs; reported for completeness)
 
     @classmethod
-    def from_cells(cls, cells: dict[str, int]) -> "Counts":
+    def from_cells(cls, cells: dict[str, int]) -> Counts:
         def tally(table: dict[str, int] | tuple[str, ...]) -> int:
             weights = table if isinstance(table, dict) else dict.fromkeys(table, 1)
             return sum(n * weights[t] for t, n in cells.items() if t in weights)

@@ -34,11 +34,11 @@ boundaries.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 import json
-from pathlib import Path
 import re
 import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError
@@ -103,7 +103,7 @@ class TimingReport:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TimingReport":
+    def from_dict(cls, d: dict[str, Any]) -> TimingReport:
         def path(p: dict[str, Any]) -> TimingPath:
             return TimingPath(p["lut_levels"], p["carry"], p["muxf"], PathStep(**p["start"]), PathStep(**p["end"]),
                               [PathStep(**s) for s in p["steps"]])
@@ -334,8 +334,8 @@ def analyse_netlist(netlist: dict[str, Any] | str | Path, top: str | None = None
     groups = {}
     for name, (k, bit) in sorted(deepest.items()):
         first = bit
-        while pred.get(first) is not None:
-            first = pred[first]
+        while (before := pred.get(first)) is not None:
+            first = before
         groups[name] = [*k, net.names.get(first, f"bit{first}")]
     return TimingReport(critical=critical, carry_path=carry, comb_cells=len({c for c, _ in net.comb.values()}),
                         endpoints=len(net.ends), unregistered_dsps=net.unregistered_dsps, by_scope=by_scope,

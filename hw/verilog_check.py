@@ -16,12 +16,13 @@ submodules are not needed for the ports and would cost seconds per megabyte.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
 import re
 import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import m_axi_name
@@ -218,7 +219,7 @@ def _check_tcl(tcl: Mapping[str, str], top: Mapping[str, VPort], top_name: str) 
     from fluidnpu.hw.regmap import WINDOW_BYTES
 
     problems = []
-    values = {}
+    values: dict[str, str] = {}
     for text in tcl.values():
         values |= dict(re.findall(r"^set (fluidnpu_\w+) (\S+)$", text, re.M))
     checks = {"fluidnpu_top": top_name, "fluidnpu_window": str(WINDOW_BYTES)}

@@ -32,8 +32,8 @@ Board-side code: pure Python.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.latency import LatencyTable

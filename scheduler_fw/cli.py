@@ -12,11 +12,10 @@ from typing import Any
 import click
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import (MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar,
-                             read_text)
-from fluidnpu.tables import print_table
+from fluidnpu.output import MAX_SAMPLES, MAX_SEEDS, FloatRange, emit_json, err, make_dir, out, progress_bar, read_text
 from fluidnpu.scheduler_fw.experiments import FIGURES
 from fluidnpu.scheduler_fw.simulation import DEFAULT_DECISION_COST_S, DEFAULT_SAMPLES
+from fluidnpu.tables import print_table
 
 _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb "
                 "(S/M/L: batch-forming timeout of 5/45/95% of the SLO)")
@@ -28,9 +27,11 @@ _POLICY_HELP = ("serial, fc-adaptb-s|m|l, r-adaptb-s|m|l, lazybatching or fluidb
 @click.option("--design", type=click.Path(dir_okay=False), default=None,
               help="run on this design bundle instead of the policy's own DSE'd design")
 @click.option("--policy", "-p", required=True, help=_POLICY_HELP)
-@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True, help="mean Poisson arrival rate (samples/s)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True), required=True,
+              help="mean Poisson arrival rate (samples/s)")
 @click.option("--slo", type=FloatRange(min=0, min_open=True), required=True, help="p99 latency SLO (ms)")
-@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="number of seeds to average")
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True,
+              help="number of seeds to average")
 @click.option("--seed", "first_seed", type=int, default=0, show_default=True, help="first seed")
 @click.option("--bmax", type=click.IntRange(min=1), default=None,
               help="largest batch (default 8, or the bundle's with --design)")
@@ -122,7 +123,8 @@ def simulate_cmd(model: str | None, board: str | None, design: str | None, polic
 
 @click.command("eval", short_help="Reproduce the paper's Figs 4-7 or Table I as CSV, JSON and PNG.")
 @click.argument("what", type=click.Choice([*FIGURES, "all"]))
-@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True, help="seeds averaged per point")
+@click.option("--seeds", type=click.IntRange(1, MAX_SEEDS), default=3, show_default=True,
+              help="seeds averaged per point")
 @click.option("--samples", type=click.IntRange(100, MAX_SAMPLES), default=DEFAULT_SAMPLES, show_default=True,
               help="requests per seed (>= 100 for a p99)")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="build/eval", show_default=True,
@@ -193,7 +195,8 @@ def _gain_line(h: dict[str, Any]) -> str:
     """One headline aggregate (scheduler_fw/headline.py) as a sentence."""
     lo, hi = h["mean_latency_gain_ci"]
     return (f"{h['points']} of {h['points_total']} points below saturation: FluidB mean latency "
-            f"{h['mean_latency_gain']:.2f}x lower (geomean, 95% CI {lo:.2f}-{hi:.2f}), p99 {h['p99_latency_gain']:.2f}x; "
+            f"{h['mean_latency_gain']:.2f}x lower (geomean, 95% CI {lo:.2f}-{hi:.2f}), "
+            f"p99 {h['p99_latency_gain']:.2f}x; "
             f"violation rate {100 * h['baseline_violation_rate']:.1f}% vs {100 * h['fluidb_violation_rate']:.2f}%")
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 import tempfile
-from typing import Callable
+from collections.abc import Callable
+from pathlib import Path
 
 from fluidnpu import __version__
 from fluidnpu.bundle import Bundle, bundle_from_result, load_bundle

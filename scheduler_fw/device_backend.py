@@ -25,9 +25,10 @@ Board-side code: numpy + the host driver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +44,8 @@ class Request:
 
     index: int                    # position in the client's stream
     state: Any                    # host_driver.runtime.SampleState
-    label: Optional[int] = None
-    error: Optional[str] = None   # set when a device fault answered it with an error
+    label: int | None = None
+    error: str | None = None   # set when a device fault answered it with an error
     answered: int = 0             # how many times a result was handed back (must end as 1)
 
 
@@ -90,7 +91,7 @@ class DeviceBackend(Backend):
         seconds = time.perf_counter() - t0
         exited = [(batch[i], ex, off) for (i, ex), off in zip(stats.exited, stats.exit_offsets_s)]
         macs = 0
-        for i, ex in stats.exited:
+        for _, ex in stats.exited:
             macs += self.table.macs_span(start, min(stop, self.table.segment_stops[ex]))
         macs += len(stats.remaining) * self.table.macs_span(start, stop)
         return RunResult(seconds, exited, [batch[i] for i in stats.remaining], macs)
@@ -105,7 +106,7 @@ def calibration(device: str, bmax: int) -> dict[str, Any]:
             "calib_warmup": 0 if device == "rtl" else 1}
 
 
-def measure_table(runtime: Any, bundle: Any, batch_sizes: Optional[Sequence[int]] = None, reps: int = 3,
+def measure_table(runtime: Any, bundle: Any, batch_sizes: Sequence[int] | None = None, reps: int = 3,
                   name: str = "measured", warmup: int = 1) -> LatencyTable:
     """Wall-time latency table of the device: each exit segment timed at the given batch sizes
     (default all 1..Bmax; others interpolated linearly), fastest of `reps` runs after `warmup` untimed
@@ -149,7 +150,7 @@ def measure_table(runtime: Any, bundle: Any, batch_sizes: Optional[Sequence[int]
 
 
 # ---------------------------------------------------------------- the wall-clock serving experiment
-def serve_stream(runtime: Any, table: LatencyTable, inputs: Sequence[Any], labels: Optional[Sequence[int]],
+def serve_stream(runtime: Any, table: LatencyTable, inputs: Sequence[Any], labels: Sequence[int] | None,
                  policy: str, rate: float, slo_s: float, seed: int = 0) -> dict[str, Any]:
     """Stream `inputs` at Poisson `rate` through `policy` on the runtime's device, in wall-clock time.
 

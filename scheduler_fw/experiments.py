@@ -17,22 +17,34 @@ Host-side code (runs the DSE; matplotlib only for plots).
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
 import csv
-from dataclasses import dataclass, field
 import json
 import math
 import os
-from pathlib import Path
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from fluidnpu.errors import FluidError
 from fluidnpu.output import write_text, writing
-from fluidnpu.scheduler_fw.headline import (CAPACITY_SAMPLES, LEVEL, OVERLOAD, OWN, RHO_MAX, SAME, add_point_intervals,
-                                            all_points_gain, compare, mark_saturation, ratio_interval)
+from fluidnpu.scheduler_fw.headline import (
+    CAPACITY_SAMPLES,
+    LEVEL,
+    OVERLOAD,
+    OWN,
+    RHO_MAX,
+    SAME,
+    add_point_intervals,
+    all_points_gain,
+    compare,
+    mark_saturation,
+    ratio_interval,
+)
 from fluidnpu.scheduler_fw.latency import LatencyTable
 from fluidnpu.scheduler_fw.metrics import average
 from fluidnpu.scheduler_fw.registry import FLUID, POLICIES, DesignKind, policy_spec

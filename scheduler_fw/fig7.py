@@ -14,8 +14,9 @@ Host-side code.
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.registry import FC_B8, FLUID_STACKABLE, R_B8, DesignKind
@@ -36,8 +37,8 @@ def same_design_ablation(workload, board, bundle, bmax: int) -> dict[str, list[f
     from fluidnpu.dse.search import DSEOptions, evaluate_design
 
     TR, TP, TC = bundle.design
-    result = evaluate_design(workload, board, TR, TP, TC, DSEOptions(bmax=bmax, banks=bundle.banks, ports=bundle.ports,
-                                                                       stackable=True), input_buffer=bundle.input_buffer)
+    options = DSEOptions(bmax=bmax, banks=bundle.banks, ports=bundle.ports, stackable=True)
+    result = evaluate_design(workload, board, TR, TP, TC, options, input_buffer=bundle.input_buffer)
     f = result.clock_mhz * 1e6
     macs = workload.total_macs
     series: dict[str, list[float]] = {"R only": [], "+ Fluid Batching": [], "+ Stackable PEs": [], "both": []}

@@ -21,8 +21,9 @@ Board-side code: pure Python (lists of floats), no numpy needed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 
@@ -73,7 +74,7 @@ class LatencyTable:
         env = [[max(row[:b]) for b in range(1, bmax + 1)] for row in self.segment_seconds]
         cum = [_prefix([env[s][b] for s in range(n_seg)]) for b in range(bmax)]
         layer_cum = [_prefix([self.layer_seconds[li][b] for li in range(n_layers)]) for b in range(bmax)]
-        seg_of_layer = []
+        seg_of_layer: list[int] = []
         for s, stop in enumerate(self.segment_stops):
             seg_of_layer += [s] * (stop - len(seg_of_layer))
         object.__setattr__(self, "_cum", cum)
@@ -136,7 +137,7 @@ class LatencyTable:
 
     # ---- construction --------------------------------------------------------
     @classmethod
-    def from_bundle(cls, bundle: Any, bmax: int | None = None) -> "LatencyTable":
+    def from_bundle(cls, bundle: Any, bmax: int | None = None) -> LatencyTable:
         """The tables of a loaded design bundle (fluidnpu.bundle.Bundle), cut to Bmax columns."""
         have = bundle.bmax
         bmax = have if bmax is None else bmax
@@ -167,7 +168,7 @@ class LatencyTable:
     @classmethod
     def from_segments(cls, segment_seconds: Sequence[Sequence[float]], exit_rates: Sequence[float],
                       layers_per_segment: int = 1, peak_ops_per_s: float = 1e12, name: str = "synthetic",
-                      macs_per_layer: int = 1_000_000) -> "LatencyTable":
+                      macs_per_layer: int = 1_000_000) -> LatencyTable:
         """A table without a bundle (tests, what-if studies): each segment split into equal layers."""
         n = layers_per_segment
         layer_seconds = tuple(tuple(t / n for t in row) for row in segment_seconds for _ in range(n))

@@ -16,7 +16,8 @@ Board-side code: numpy only.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -8,8 +8,9 @@ Host-side code.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.output import writing

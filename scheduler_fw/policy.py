@@ -23,7 +23,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
-from typing import Union
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.backend import RunResult
@@ -66,7 +65,7 @@ class _Idle:
 
 
 IDLE = _Idle()
-Action = Union[Run, Wait, _Idle]
+Action = Run | Wait | _Idle
 
 
 def check_positive(value: float, what: str) -> float:

@@ -18,8 +18,8 @@ Board-side code: pure Python.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.adaptive import TIMEOUT_FRACTIONS, AdaptiveBatching, Serial

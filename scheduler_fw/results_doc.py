@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 import re
+from pathlib import Path
 from typing import Any
 
 from fluidnpu.errors import FluidError

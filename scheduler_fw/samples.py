@@ -12,10 +12,11 @@ Board-side code: pure Python, no numpy needed.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
 import heapq
-from typing import Any, Iterator
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(eq=False)

@@ -19,10 +19,11 @@ Board-side code: pure Python.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 import time
-from typing import Any, Callable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from fluidnpu.scheduler_fw.backend import Backend
 from fluidnpu.scheduler_fw.policy import Policy, Run, RunKind, Wait

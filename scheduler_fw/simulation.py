@@ -6,8 +6,9 @@ Board-side code: numpy only (the eval/DSE layers on top are host-side).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.arrivals import poisson_trace

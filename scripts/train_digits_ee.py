@@ -13,9 +13,9 @@ the scheduler's simulations.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 

@@ -98,11 +98,12 @@ def one_layer_case(geometry: dict, bmax: int, seed: int = 0, b: int = 1, mode: t
     """b samples (one by default) through one layer of the given geometry (LayerDescriptor fields), random
     weights and input, at <BR, k_code> = `mode` (<1, 1> by default), `buffered` or not, with
     hw/reference's expected output."""
+    import numpy as np
+
     from fluidnpu.host_driver.memory_plan import plan_subnet
     from fluidnpu.hw.descriptor import LayerDescriptor
     from fluidnpu.hw.reference import layer_reference
     from fluidnpu.sim_tb.npu_cases import random_layer
-    import numpy as np
 
     geo = LayerDescriptor(layer=0, shift=8, **geometry)
     lp = random_layer(random.Random(seed), geo)

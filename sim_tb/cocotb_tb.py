@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from cocotb.clock import Clock
 from cocotb.task import bridge
@@ -43,7 +44,7 @@ class TB:
         self.device: Any = None
         self.driver: Any = None
 
-    async def start(self, open_driver: bool = True) -> "TB":
+    async def start(self, open_driver: bool = True) -> TB:
         """Clock, bus models (`pause`: random stalls on every AXI channel), reset, the device and
         (unless `open_driver` is False) the driver, which checks ID, VERSION and CFG_* on open."""
         dut = self.dut

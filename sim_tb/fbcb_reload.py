@@ -9,7 +9,7 @@ in the RTL and comes on top (the planner's `mmio_write_ns`, docs/fleet.md).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from amaranth.sim import Simulator
 

@@ -9,10 +9,10 @@ accesses into AXI4-Lite transactions in the simulation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 import queue
 import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -118,7 +118,7 @@ class AmaranthSimDevice(Device):
             except Exception as exc:  # noqa: BLE001 - raised in the driver's thread
                 self._rsp.put((False, exc))
 
-    def drive(self, sim: Simulator, fn: Callable[["AmaranthSimDevice"], Any]) -> Any:
+    def drive(self, sim: Simulator, fn: Callable[[AmaranthSimDevice], Any]) -> Any:
         """Run `fn(self)` (blocking driver code) against the simulation; returns its result."""
         result: dict[str, Any] = {}
 

@@ -6,9 +6,10 @@ generated Verilog draw their cases here, so the two check the same thing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
 import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -124,8 +125,8 @@ def drive_case(driver: Any, case: Case, window: Callable[[int, int], Any], *, ti
     """Run `case` on an NPU through its `NpuDriver` (host_driver/driver.py), the one place the
     programming sequence is written; every testbench runs its cases through here.
 
-    `load_case`, then BACTIVE = b unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then `run_subnet`. A run the
-    NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
+    `load_case`, then BACTIVE = b unless `set_b` is False (a Bactive the test set by BEXIT/BINCR), then
+    `run_subnet`. A run the NPU refuses (STATUS.ERROR) is a result, not an exception: its `status` says which error.
     Returns {"status", counter registers..., "outputs"}.
     """
     from fluidnpu.host_driver.driver import COUNTERS, NpuError

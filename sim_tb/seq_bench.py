@@ -36,7 +36,8 @@ def plan_values(desc: LayerDescriptor, *, TR: int, TP: int, TC: int, NB: int, b:
     rows_f = BR * R
     rows_l = (b - (BP - 1) * BR) * R if gl == 1 else rows_f
     return {
-        "desc": {name: v for name, v in desc.fields_packed().items() if name in _PLAN_FIELDS}, "b": b, "BR": BR, "BP": BP, "nPE": nPE, "TPk": TPk, "g": g, "gl": gl,
+        "desc": {name: v for name, v in desc.fields_packed().items() if name in _PLAN_FIELDS},
+        "b": b, "BR": BR, "BP": BP, "nPE": nPE, "TPk": TPk, "g": g, "gl": gl,
         "cw": C if packed else nPE, "br_src": BR * desc.src_sample_stride, "br_dst": BR * desc.dst_sample_stride,
         "full": _blocks(rows_f, TRk // g), "last": _blocks(rows_l, TRk // gl),
     }

@@ -22,6 +22,7 @@ import random
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
+
 from fluidnpu.hw.axi import m_axi_name
 from fluidnpu.hw.dma import read_cmd_layout, read_rsp_layout, write_cmd_layout
 from fluidnpu.sim_tb.cocotb_ram import axi_rams

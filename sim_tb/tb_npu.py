@@ -2,9 +2,9 @@
 
 Off-chip memory is cocotbext-axi's `AxiRam` on each `m_axi<i>` (one memory), the registers are
 driven by its `AxiLiteMaster` on `s_axi` through the host driver's `NpuDriver` (the `TB` harness,
-sim_tb/cocotb_tb.py). Every AXI channel gets random pauses. Parameters arrive as JSON in FLUIDNPU_NPU_TB (engine shape, seed,
-number of cases; `input_buffer` and `buffered`: an NPU with the block input buffer, random subnets with every
-layer buffered); per-run counters are written to FLUIDNPU_NPU_TB_OUT so the
+sim_tb/cocotb_tb.py). Every AXI channel gets random pauses. Parameters arrive as JSON in FLUIDNPU_NPU_TB
+(engine shape, seed, number of cases; `input_buffer` and `buffered`: an NPU with the block input buffer,
+random subnets with every layer buffered); per-run counters are written to FLUIDNPU_NPU_TB_OUT so the
 pytest side can compare them with the performance model.
 """
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from pathlib import Path
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 import json
 import socket
 import subprocess
 import sys
 import threading
-from typing import IO, Iterator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO
 
 CLI = [sys.executable, "-m", "fluidnpu.cli"]
 

@@ -5,13 +5,19 @@ buffered choice over a range of TR is never above the choice's cycles anywhere i
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fluidnpu.dse.buffer_fit import block_words, exact_block_words
 from fluidnpu.dse.perf_model import DEFAULT_TIMING, Bus, row_blocks
-from fluidnpu.dse.search import (Choice, LayerShapes, buffered_bound, buffered_cycles, buffered_modes, choice_setup,
-                                 fill_geometry)
+from fluidnpu.dse.search import (
+    Choice,
+    LayerShapes,
+    buffered_bound,
+    buffered_cycles,
+    buffered_modes,
+    choice_setup,
+    fill_geometry,
+)
 from fluidnpu.workload import Layer
 
 convs = st.tuples(
@@ -52,7 +58,8 @@ def test_block_words_bound_the_rtls_fill(case, TR):
 
 
 @settings(max_examples=400, deadline=None)
-@given(convs, st.integers(1, 150), st.integers(0, 80), st.integers(0, 3000), st.sampled_from([(0.5, 8.0), (4.0, 8.0), (16.0, 8.0), (24.0, 8.0)]))
+@given(convs, st.integers(1, 150), st.integers(0, 80), st.integers(0, 3000),
+       st.sampled_from([(0.5, 8.0), (4.0, 8.0), (16.0, 8.0), (24.0, 8.0)]))
 def test_buffered_bound_is_below_the_cycles_on_the_whole_range(case, lo, width, depth, bus):
     """A buffer of `depth` words a half at every TR of the range: the bound is at most the choice's
     cycles (inf where its blocks do not fit) at each TR in [lo, lo + width], on one port and on two

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -44,9 +44,8 @@ def test_dse_json_and_bundle(resnet_bundle):
 
 
 def test_dse_reports_the_timing_proxy(resnet_bundle):
-    from fluidnpu.dse.timing_model import design_timing
-
     from fluidnpu.dse.resource_model import input_buffer_per_bank
+    from fluidnpu.dse.timing_model import design_timing
 
     path, summary = resnet_bundle
     d = summary["design"]
@@ -166,8 +165,8 @@ def test_dse_on_an_onnx_model_with_an_exit(tmp_path):
 
 
 def test_dse_dsp_floor(tmp_path):
-    """`--min-dsp 98%`: ResNet-50 on ZCU104 then takes a design using at least 98 % of the DSPs (the free
-    pick of wave 3m used 96.3 %, wave 3n's 100 %), the bundle records the floor and the summary shows it."""
+    """`--min-dsp 98%`: ResNet-50 on ZCU104 then takes a design using at least 98 % of the DSPs, the bundle
+    records the floor and the summary shows it."""
     path = tmp_path / "floor.json"
     proc = run("dse", "-m", "resnet50", "-b", "zcu104", "--min-dsp", "98%", "-o", str(path), "--json")
     assert proc.returncode == 0, proc.stderr

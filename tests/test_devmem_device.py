@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import REG, REGISTERS, NpuParams, reset_value
 from fluidnpu.host_driver.device import BufferTooSmall
-from fluidnpu.host_driver.devmem_device import (FPGA_RST_CTRL, SLCR_BASE, SLCR_LOCK, SLCR_LOCK_KEY, SLCR_UNLOCK,
-                                                SLCR_UNLOCK_KEY, DevMemDevice)
+from fluidnpu.host_driver.devmem_device import (
+    FPGA_RST_CTRL,
+    SLCR_BASE,
+    SLCR_LOCK,
+    SLCR_LOCK_KEY,
+    SLCR_UNLOCK,
+    SLCR_UNLOCK_KEY,
+    DevMemDevice,
+)
 from fluidnpu.host_driver.driver import DesignMismatch, NpuDriver, random_fbcb, stub_bundle
+from fluidnpu.hw.regmap import REG, REGISTERS, NpuParams, reset_value
 
 BUNDLE = stub_bundle(16, 4, 4, 4, random_fbcb(2, 4, 16, 4, 4, seed=7), axi_dw=64)
 PHYS = 0x3F00_0000
@@ -88,6 +95,7 @@ def test_udmabuf_buffers_map_to_its_physical_address(board):
             dev.alloc(DMA_SIZE)
         # a subnet image placed in the u-dma-buf: descriptors and weights land in the file
         import random
+
         from fluidnpu.host_driver.memory_plan import plan_subnet, subnet_nbytes
         from fluidnpu.sim_tb.npu_cases import make_case
         case = make_case(random.Random(1), bmax=4, TR=16, TP=4, TC=4, nlayers=2, b=2)

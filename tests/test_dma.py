@@ -21,8 +21,7 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from fluidnpu.hw.dma import AxiDma, ReadEngine, WriteEngine, max_beats, read_rsp_layout
-from fluidnpu.sim_tb.axi_model import (AxiRamModel, SlaveTiming, StreamSink, StreamSource,
-                                       beats_per_cycle)
+from fluidnpu.sim_tb.axi_model import AxiRamModel, SlaveTiming, StreamSink, StreamSource, beats_per_cycle
 from fluidnpu.sim_tb.runner import run_cocotb
 
 MEM = 3 * 4096          # three pages: two 4 KiB boundaries to cross

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 import functools
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as hs
+from hypothesis import given, strategies as hs
 
 from fluidnpu.dse.perf_model import layer_edge, layer_inside
 from fluidnpu.dse.resource_model import feasible_designs, max_tr
-from fluidnpu.dse.search import (DSEOptions, LayerShapes, Scorer, enumerate_tp_tc, evaluate_design, explore,
-                                 layer_kw, unique_layers)
+from fluidnpu.dse.search import (
+    DSEOptions,
+    LayerShapes,
+    Scorer,
+    enumerate_tp_tc,
+    evaluate_design,
+    explore,
+    layer_kw,
+    unique_layers,
+)
 from fluidnpu.dse.tiling import layer_schedule, schedule_cycles
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.regmap import bank_choices, k_codes, packs_groups
@@ -203,7 +210,8 @@ def test_every_pick_fits_under_the_ceilings(tiny_board, tiny_workload):
     tight = tiny_board.with_ceilings(lut=(lut - 1) / tiny_board.lut)
     capped = explore(tiny_workload, tight, DSEOptions(bmax=3))
     assert capped.resources.lut <= tight.limit("lut") < lut
-    with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ \([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
+    with pytest.raises(FluidError, match=r"does not fit tiny at Bmax 3: LUTs: needs [\d,]+ of [\d,]+ "
+                                         r"\([\d,]+ over, \d+ %; ceiling \d+% of 218,600\)"):
         evaluate_design(tiny_workload, tight, free.TR, free.TP, free.TC,
                         DSEOptions(bmax=3, ports=free.ports, stackable=free.options.stackable))
 
@@ -345,9 +353,9 @@ def test_exact_ties_keep_the_smallest_tr_however_ranges_are_cut(monkeypatch):
 
 def test_search_with_the_buffer_finds_the_optimum_over_every_tr(make_board, tiny_workload):
     """With a block input buffer (each layer and batch size may run buffered where its blocks fit the
-    buffer the design has room for), on a board whose DDR is slow enough that it pays: the pick is the best of every <TR, TP, TC> that fits, each priced
-    whole (`best_cycles`, no bound), at every port and bank count; and every layer the plan buffers
-    fits the chosen buffer as the RTL fills it (`exact_block_words`)."""
+    buffer the design has room for), on a board whose DDR is slow enough that it pays: the pick is the
+    best of every <TR, TP, TC> that fits, each priced whole (`best_cycles`, no bound), at every port and
+    bank count; and every layer the plan buffers fits the chosen buffer as the RTL fills it (`exact_block_words`)."""
     from fluidnpu.dse.buffer_fit import exact_block_words
     from fluidnpu.dse.search import Space, best_cycles, buffer_words_fn, choices, fill_geometry, space_scorer
 

@@ -7,11 +7,19 @@ pricing that breaks them fails here."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from fluidnpu.dse.perf_model import (DEFAULT_TIMING, Bus, layer_cycles, layer_cycles_bound, layer_parts,
-                                     layer_setup, mode_costs, row_blocks, without_port_skew)
+from fluidnpu.dse.perf_model import (
+    DEFAULT_TIMING,
+    Bus,
+    layer_cycles,
+    layer_cycles_bound,
+    layer_parts,
+    layer_setup,
+    mode_costs,
+    row_blocks,
+    without_port_skew,
+)
 
 TOL = 1e-7
 
@@ -129,8 +137,15 @@ def test_a_buffered_choice_shares_its_ddr_twins_groups_passes_and_tiles():
 
     from fluidnpu.boards import load_board
     from fluidnpu.dse.perf_model import TileCosts
-    from fluidnpu.dse.search import (LayerShapes, buffered_modes, choice_setup, choices, modes_of, split_stacks,
-                                     unique_layers)
+    from fluidnpu.dse.search import (
+        LayerShapes,
+        buffered_modes,
+        choice_setup,
+        choices,
+        modes_of,
+        split_stacks,
+        unique_layers,
+    )
     from fluidnpu.zoo import zoo_model
 
     reps, _ = unique_layers(zoo_model("inceptionv3").layers())
@@ -167,7 +182,15 @@ def test_the_cycles_and_the_bound_priced_side_by_side_equal_each_priced_alone():
     with `with_fill` must price as the mode built with it (nothing else in a mode depends on the fill)."""
     from fluidnpu.boards import load_board
     from fluidnpu.dse.perf_model import layer_cycles_low, with_fill
-    from fluidnpu.dse.search import LayerShapes, buffered_modes, choice_setup, choices, modes_of, split_stacks, unique_layers
+    from fluidnpu.dse.search import (
+        LayerShapes,
+        buffered_modes,
+        choice_setup,
+        choices,
+        modes_of,
+        split_stacks,
+        unique_layers,
+    )
     from fluidnpu.zoo import zoo_model
 
     reps, _ = unique_layers(zoo_model("resnet50").layers())

@@ -1,4 +1,4 @@
-"""The DSE of a model whose layers are small against the array (issue 47: digits-ee, small ONNX
+"""The DSE of a model whose layers are small against the array (digits-ee, small ONNX
 CNNs): most designs then score within a few per cent of each other, many exactly alike, and the
 branch and bound must still return the pick of scoring every design."""
 

@@ -15,16 +15,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from amaranth.back import verilog
 from amaranth.sim import Simulator
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fluidnpu.hw.engine_core import K1, K2, KHALF, EngineCore
+from fluidnpu.hw.reference import (
+    INT16_MAX,
+    INT16_MIN,
+    block_output,
+    pack_bias,
+    pack_words,
+    postprocess,
+    unpack_words,
+    wrap32,
+)
 from fluidnpu.hw.regmap import chain_position, chains
-from fluidnpu.hw.reference import (INT16_MAX, INT16_MIN, block_output, pack_bias, pack_words, postprocess,
-                                   unpack_words, wrap32)
 
 SMALL = dict(TR=8, TP=4, TC=4, NB=4)
 ODD = dict(TR=6, TP=3, TC=5, NB=2)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import csv
 import json
 import math
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +19,17 @@ from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.arrivals import poisson_trace
 from fluidnpu.scheduler_fw.designs import design_for
-from fluidnpu.scheduler_fw.experiments import (PAPER_TABLE1, EvalConfig, Panel, design_tables, figure_panels,
-                                               load_panels, run_panels, sweep_summary, table1_summary)
+from fluidnpu.scheduler_fw.experiments import (
+    PAPER_TABLE1,
+    EvalConfig,
+    Panel,
+    design_tables,
+    figure_panels,
+    load_panels,
+    run_panels,
+    sweep_summary,
+    table1_summary,
+)
 from fluidnpu.scheduler_fw.headline import RHO_MAX, all_points_gain, compare, ratio_interval, t_interval
 from fluidnpu.scheduler_fw.latency import LatencyTable, load_design
 from fluidnpu.scheduler_fw.registry import FLUID, SERIAL_B1, policy_spec
@@ -101,7 +110,8 @@ def test_fleet_study_takes_its_bundles_from_the_design_cache(tiny_board, tiny_wo
     stale = tmp_path / "fleet" / "r50_zc706.json"
     stale.parent.mkdir()
     stale.write_text(json.dumps({"left": "by an earlier model"}))
-    benchmark_module("plan_headroom").ensure_designs([{"design": str(stale)}, {"design": str(tmp_path / "iv3_zcu104.json")}])
+    benchmark_module("plan_headroom").ensure_designs([{"design": str(stale)},
+                                                      {"design": str(tmp_path / "iv3_zcu104.json")}])
     assert [(b, k, n) for _, b, k, n in asked] == [("zc706", FLUID, 8), ("zcu104", FLUID, 8)]
     assert [a[0] for a in asked] == ["ResNet-50", "Inception-v3"]
     assert load_bundle(stale).data == fresh.data == load_bundle(tmp_path / "iv3_zcu104.json").data
@@ -197,7 +207,7 @@ def test_headline_does_not_move_with_run_length(shared_dse_cache):
         assert max(vals) / min(vals) < 1.05, vals
     assert {h["points"] for h in heads.values()} == {heads[2000]["points"]} and heads[2000]["points"] >= 2
     assert heads[2000]["saturated_points"]            # SERIAL and R-AdaptB-S saturate at 20-25/s on their designs
-    # the old aggregate over every point (saturated ones included) moves with the run length more than the headline
+    # the aggregate over every point (saturated ones included) moves with the run length more than the headline
     new = {n: h["mean_latency_gain"] for n, h in heads.items()}
     assert abs(math.log(old[8000] / old[2000])) > 2 * abs(math.log(new[8000] / new[2000]))
 

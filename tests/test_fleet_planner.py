@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings, strategies as st
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Profile, Session, mean_for, per_cycle, plan, poisson_cdf, \
-    residue_slot, switch_cost
+from fluidnpu.scheduler_fw.fleet.nexus import (
+    DeviceKind,
+    Profile,
+    Session,
+    mean_for,
+    per_cycle,
+    plan,
+    poisson_cdf,
+    residue_slot,
+    switch_cost,
+)
 from fluidnpu.scheduler_fw.fleet.profiles import exit_aware, reach
 
 TOL = 1e-6

@@ -23,8 +23,9 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.serve")
 th = pytest.importorskip("tritonclient.http")
 
-from fluidnpu.cli import main  # noqa: E402
 from serve_helpers import busy_port, free_port as _free_port  # noqa: E402
+
+from fluidnpu.cli import main  # noqa: E402
 
 STOP_AFTER_S = 28.0
 

@@ -8,8 +8,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fluidnpu.errors import FluidError
-from fluidnpu.host_driver.staged.allocator import (CachingAllocator, SequenceLengthAwareAllocator, TensorUsage,
-                                                   bert_usages, compare_allocators, live_peak)
+from fluidnpu.host_driver.staged.allocator import (
+    CachingAllocator,
+    SequenceLengthAwareAllocator,
+    TensorUsage,
+    bert_usages,
+    compare_allocators,
+    live_peak,
+)
 
 USAGE = st.builds(lambda a, d, s: TensorUsage(a, a + d, s), st.integers(0, 20), st.integers(0, 8),
                   st.integers(1, 3000))

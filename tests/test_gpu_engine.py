@@ -257,7 +257,7 @@ def test_length_distributions_are_data_with_sources():
 # ---- asynchronous execution, observed through a fake device ----------------------------------
 
 class FakeEvent:
-    def __init__(self, dev: "FakeDevice", stream: int, deps: list["FakeEvent"]) -> None:
+    def __init__(self, dev: FakeDevice, stream: int, deps: list[FakeEvent]) -> None:
         self.dev, self.stream, self.deps, self.done = dev, stream, deps, False
         self.id = len(dev.events)
 
@@ -274,7 +274,7 @@ class FakeStream:
 
     cuda = False
 
-    def __init__(self, dev: "FakeDevice") -> None:
+    def __init__(self, dev: FakeDevice) -> None:
         self.dev, self.id, self.last, self.waits = dev, len(dev.streams), None, []
         dev.streams.append(self)
 
@@ -374,7 +374,7 @@ def test_serial_mode_is_serial_and_one_buffer_pair_is_not():
             for (_, prev), (i, _) in zip(recs, recs[1:]):
                 assert dev.at("complete", prev) < i
     assert most[(True, 2)] == most[(True, 1)] == 1
-    # docs/gpu.md used to say one buffer pair makes the stages serial: stages that share no boundary still overlap
+    # one buffer pair does not make the stages serial: stages that share no boundary still overlap
     assert most[(False, 1)] >= 2 and most[(False, 2)] >= 3
 
 

@@ -10,8 +10,13 @@ import pytest
 
 from fluidnpu.errors import FluidError
 from fluidnpu.host_driver.staged.batch_table import BatchTable, Query
-from fluidnpu.host_driver.staged.slicing import (STAGE_TRIES, choose_stage_count, partition, preferred_batch_sizes,
-                                                stage_cuts)
+from fluidnpu.host_driver.staged.slicing import (
+    STAGE_TRIES,
+    choose_stage_count,
+    partition,
+    preferred_batch_sizes,
+    stage_cuts,
+)
 
 BSS = (1, 2, 4, 8, 16, 32, 64)
 

@@ -1,4 +1,4 @@
-"""Bad inputs on every command end in one line on stderr and exit code 2, never a traceback (issue 14).
+"""Bad inputs on every command end in one line on stderr and exit code 2, never a traceback.
 
 Every command runs in this process through `fluidnpu.cli.main` (what the `fluidnpu` script calls), with:
 an unwritable output path, a directory where a file belongs, an empty file, garbage JSON, a symlink
@@ -12,8 +12,8 @@ import ast
 import json
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fluidnpu.boards.catalog import BOARD_DIR, load_board
 from fluidnpu.bundle import bundle_from_result, load_bundle
@@ -70,7 +70,7 @@ def bad_files(tmp_path, good_bundle) -> dict[str, tuple[Path, str]]:
     (tmp_path / "loop_a.json").symlink_to(tmp_path / "loop_b.json")
     (tmp_path / "loop_b.json").symlink_to(tmp_path / "loop_a.json")
     data = json.loads(good_bundle.read_text())
-    data["design"]["TP"] = max(1, data["design"]["TP"] - 1)  # the "24 -> 5" edit of issue 14
+    data["design"]["TP"] = max(1, data["design"]["TP"] - 1)  # a hand edit the design hash must catch
     (tmp_path / "edited.json").write_text(json.dumps(data))
     return {"directory": (tmp_path / "adir", "directory"), "empty": (tmp_path / "empty.json", "empty"),
             "garbage": (tmp_path / "garbage.json", "not valid JSON"),
@@ -251,7 +251,8 @@ def _imports(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             found.add(base)
             found |= {f"{base}.{a.name}" for a in node.names}
     return found

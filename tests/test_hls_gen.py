@@ -16,12 +16,12 @@ logic and what they ask of Vivado, not that Vivado accepts every option.
 
 from __future__ import annotations
 
-from fnmatch import fnmatch
 import json
-from pathlib import Path
 import re
 import subprocess
 import sys
+from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -305,7 +305,8 @@ class FakeVivado:
 
     def c_create_bd_design(self, *args: str) -> str:
         self.bd = args[0]
-        bd_file = Path(self.project["dir"]) / f"{self.project['name']}.srcs" / "sources_1" / "bd" / args[0] / f"{args[0]}.bd"
+        srcs = Path(self.project["dir"]) / f"{self.project['name']}.srcs"
+        bd_file = srcs / "sources_1" / "bd" / args[0] / f"{args[0]}.bd"
         bd_file.parent.mkdir(parents=True, exist_ok=True)
         bd_file.write_text("{}")
         self.project["files"].append(str(bd_file))

@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import REG, REGISTERS, Access, ErrorCode, NpuParams, fbcb_table
 from fluidnpu.host_driver.device import BufferTooSmall
-from fluidnpu.host_driver.driver import (DesignMismatch, NpuDriver, NpuError, NpuTimeout, random_fbcb,
-                                         stub_bundle)
+from fluidnpu.host_driver.driver import DesignMismatch, NpuDriver, NpuError, NpuTimeout, random_fbcb, stub_bundle
 from fluidnpu.host_driver.memory_plan import LayerParams, plan_subnet, subnet_nbytes
 from fluidnpu.host_driver.model_device import ModelDevice
 from fluidnpu.host_driver.scenario import _case, fault_scenario, subnet_scenario
+from fluidnpu.hw.regmap import REG, REGISTERS, Access, ErrorCode, NpuParams, fbcb_table
 
 DESIGNS = [(16, 4, 4, 4), (12, 3, 5, 3), (8, 1, 1, 2)]
 

@@ -2,9 +2,9 @@
 
 A Python model holds what each half was filled with; blocks are filled and read in turn through both
 halves, with random run offsets and lengths (any start word, 1..2 TP words), zero runs, fills of the buffer's
-chunk (whole windows, or part of one where NMAX is shorter), and random stalls on every stream. Each answer must equal the model's words, in
-command order, with the command's tag; a half is never read before its fill nor refilled before its
-last run.
+chunk (whole windows, or part of one where NMAX is shorter), and random stalls on every stream. Each
+answer must equal the model's words, in command order, with the command's tag; a half is never read
+before its fill nor refilled before its last run.
 """
 
 from __future__ import annotations

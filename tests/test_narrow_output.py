@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -180,11 +180,11 @@ def test_eval_summaries_at_80_columns(name, monkeypatch):
         for row in result["summary"]["rows"]:
             for source in ("ours", "paper"):
                 v = row[source]
-                assert {f"{v['fluidb'][0]:.0f}", f"{100 * v['fluidb'][1]:.1f}%", f"{row[f'{source}_latency_ratio']:.2f}x",
-                        f"{row[f'{source}_violation_pp']:.1f}"} <= w
+                assert {f"{v['fluidb'][0]:.0f}", f"{100 * v['fluidb'][1]:.1f}%",
+                        f"{row[f'{source}_latency_ratio']:.2f}x", f"{row[f'{source}_violation_pp']:.1f}"} <= w
         assert {"ours", "paper"} <= w and "[" not in text  # the paper's figures labelled, not bracketed
     elif name == "fig7":
-        for pair, v in result["summary"].items():
+        for v in result["summary"].values():
             for g in v["gops"].values():
                 assert {f"{x:.1f}" for x in g.values()} <= w
     else:

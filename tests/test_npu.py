@@ -188,8 +188,8 @@ def test_fewer_banks_than_bmax_cap_the_groups_of_a_pass():
     # short steps: 280 one-row weight steps (TPk = 1 in mode k = 2 on <12,3,5>), each one 1-beat weight
     # read and one 1-beat input read; the fetcher runs two steps ahead, so the layer is paced by the
     # reads' round trip, timed from the step's last command. Priced from the next step's start (the
-    # weight walker's spare cycle and one more for the hand-over), the model was 9.4 % slow here
-    # (1,458 cycles against the RTL's 1,321; docs/rtl-agreement.md, wave 3g)
+    # weight walker's spare cycle and one more for the hand-over), the model would be 9.4 % slow here
+    # (1,458 cycles against the RTL's 1,321; docs/rtl-agreement.md)
     (5, 6000, 3, (1, 2), (1, 280, 2, 1)),
 ], ids=["packed-group-copies", "short-steps-from-their-last-command"])
 def test_fc_layers_on_four_ports_priced_within_five_percent(config, seed, index, mode, shape):
@@ -210,8 +210,8 @@ def test_fc_layers_on_four_ports_priced_within_five_percent(config, seed, index,
 def test_blocks_of_one_step_wait_for_their_staging_half(index, shape, mode):
     """Blocks of one weight step and a few rows (<64, 14, 4> on three 64-bit ports, the agreement's seeds): a
     block's step is handed to the core only once its staging half is written out, so two blocks take
-    the staging loop (`LayerCosts.staging`), not the fetch. The model was 14 % and 30 % fast here before
-    it priced that loop (docs/rtl-agreement.md, wave 3n); bit-exact and within 5 %."""
+    the staging loop (`LayerCosts.staging`), not the fetch. Without that loop the model is 14 % and 30 %
+    fast here (docs/rtl-agreement.md); bit-exact and within 5 %."""
     from fluidnpu.sim_tb.agreement import AGREEMENT_CONFIGS, agreement_cases, agreement_rows
 
     params = AGREEMENT_CONFIGS[8]
@@ -246,8 +246,17 @@ def test_rtl_agreement_reprice_keeps_the_rtl_counts_and_prices_again(tmp_path, m
     import sys
     from dataclasses import asdict
 
-    from fluidnpu.sim_tb.agreement import (AGREEMENT_CONFIGS, PICK_ENGINE, PICK_LAYERS, AgreementRow, agreement_cases,
-                                           case_model_cycles, config_name, model_layer_cycles, one_layer_case)
+    from fluidnpu.sim_tb.agreement import (
+        AGREEMENT_CONFIGS,
+        PICK_ENGINE,
+        PICK_LAYERS,
+        AgreementRow,
+        agreement_cases,
+        case_model_cycles,
+        config_name,
+        model_layer_cycles,
+        one_layer_case,
+    )
 
     mod = benchmark_module("rtl_agreement")
 
@@ -288,8 +297,8 @@ def test_reads_that_wait_in_the_ports_restart_when_the_staging_half_is_released(
     """A 2 x 2 kernel at b = 4 on two 64-bit ports (<16, 4, 4>, the agreement's seed 5000, case 0): the steps
     are short (TPk = 2, six rows) and their beats bind, so each step's reads wait in the ports while the core
     works through the step two before, and restart when it releases their staging half. The model without
-    that restart (`EngineTiming.port_restart`) was 15.0 % fast here (2,397 cycles against the RTL's 2,757;
-    docs/rtl-agreement.md, wave 3q); bit-exact and within 5 %."""
+    that restart (`EngineTiming.port_restart`) is 15.0 % fast here (2,397 cycles against the RTL's 2,757;
+    docs/rtl-agreement.md); bit-exact and within 5 %."""
     from dataclasses import replace
 
     from fluidnpu.dse.perf_model import DEFAULT_TIMING
@@ -305,8 +314,8 @@ def test_steps_of_two_kinds_each_pay_their_own_restart():
     """A 3 x 1 kernel over cin 7 at b = 2 on two 64-bit ports (<16, 4, 4>, the agreement's seed 5000, case 1):
     of a block's six steps two hold a kernel row's end, read two runs a row and wait on their commands; the
     other four read one run a row and wait on their beats. Each kind pays its own bound (the longer of its
-    walk and its beats + the restart), not the block its longer sum: priced by the sums the model was 7.1 %
-    fast here (1,695 cycles against the RTL's 1,815; docs/rtl-agreement.md, wave 3s); bit-exact and within 5 %."""
+    walk and its beats + the restart), not the block its longer sum: priced by the sums the model is 7.1 %
+    fast here (1,695 cycles against the RTL's 1,815; docs/rtl-agreement.md); bit-exact and within 5 %."""
     _two_port_agreement_case(1, (1, 0), (48, 21, 5, 2))
 
 

@@ -74,7 +74,7 @@ def small_cnn(tmp_path: Path) -> Path:
 
 def test_small_cnn_layers(tmp_path):
     wl = load_onnx(small_cnn(tmp_path))
-    got = [(l.name, l.kind, l.R, l.P, l.C, l.groups, l.out_hw) for l in wl.backbone]
+    got = [(ly.name, ly.kind, ly.R, ly.P, ly.C, ly.groups, ly.out_hw) for ly in wl.backbone]
     assert got == [
         ("conv1", "conv", 32 * 32, 3 * 3 * 3, 16, 1, (32, 32)),
         ("conv2", "conv", 9 * 7, 3 * 3 * 16, 32, 1, (9, 7)),
@@ -100,7 +100,7 @@ def test_name_override_and_unnamed_nodes_get_unique_names(tmp_path):
     path = g.save(tmp_path, "m.onnx", [image_input(shape=(1, 3, 8, 8))], {h: 4})
     wl = load_onnx(path, name="custom")
     assert wl.name == "custom"
-    assert [l.name for l in wl.backbone] == ["Conv_0", "dup", "dup_2"]
+    assert [ly.name for ly in wl.backbone] == ["Conv_0", "dup", "dup_2"]
 
 
 @pytest.mark.parametrize("auto_pad, pads, out_hw", [
@@ -124,7 +124,7 @@ def test_matmul_rows_skip_batch_dim(tmp_path):
     h = g.node("MatMul", [h, g.weight("w2", 64, 8)], "mm2")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, 32])
     wl = load_onnx(g.save(tmp_path, "mm.onnx", [x], {h: 3}))
-    got = [(l.name, l.kind, l.R, l.P, l.C) for l in wl.backbone]
+    got = [(ly.name, ly.kind, ly.R, ly.P, ly.C) for ly in wl.backbone]
     assert got == [("mm1", "matmul", 16, 32, 64), ("mm2", "matmul", 16, 64, 8)]
     assert wl.input_shape == (16, 32)
     assert wl.total_macs == 16 * 32 * 64 + 16 * 64 * 8
@@ -137,7 +137,7 @@ def test_matmul_static_batch_and_constant_first_operand(tmp_path):
     h = g.node("MatMul", [g.weight("v", 7, 12), h], "left")              # W @ x -> [2, 5, 7, 3]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 12, 6])
     wl = load_onnx(g.save(tmp_path, "mm2.onnx", [x], {h: 4}))
-    assert [(l.R, l.P, l.C) for l in wl.backbone] == [(5 * 12, 6, 3), (5 * 3, 12, 7)]
+    assert [(ly.R, ly.P, ly.C) for ly in wl.backbone] == [(5 * 12, 6, 3), (5 * 3, 12, 7)]
 
 
 def test_gemm_weight_from_constant_node_and_initializer_listed_as_input(tmp_path):
@@ -177,12 +177,12 @@ def exit_model(tmp_path: Path, branches: list[tuple[str, str]], final_first: boo
 def test_two_exit_model_split_and_rates(tmp_path):
     path = exit_model(tmp_path, [("r2", "exit1")])
     wl = load_onnx(path, exits=["exit1"], exit_rates=[0.3, 0.7])
-    assert [l.name for l in wl.backbone] == ["c1", "c2", "c3", "fc"]
+    assert [ly.name for ly in wl.backbone] == ["c1", "c2", "c3", "fc"]
     early, final = wl.exits
     assert (early.name, early.position, early.rate) == ("exit1", 1, 0.3)
-    assert [(l.name, l.R, l.P, l.C) for l in early.head] == [("exit1.conv", 64, 16, 8), ("exit1.fc", 1, 8, 10)]
+    assert [(ly.name, ly.R, ly.P, ly.C) for ly in early.head] == [("exit1.conv", 64, 16, 8), ("exit1.fc", 1, 8, 10)]
     assert (final.name, final.position, final.head, final.rate) == ("final", 3, (), 0.7)
-    assert [l.name for l in wl.layers()] == ["c1", "c2", "exit1.conv", "exit1.fc", "c3", "fc"]
+    assert [ly.name for ly in wl.layers()] == ["c1", "c2", "exit1.conv", "exit1.fc", "c3", "fc"]
 
     uniform = load_onnx(path, exits=["exit1.fc"])  # by node name this time
     assert [(e.name, e.position, e.rate) for e in uniform.exits] == [("exit1.fc", 1, 0.5), ("final", 3, 0.5)]
@@ -191,13 +191,13 @@ def test_two_exit_model_split_and_rates(tmp_path):
 
 def test_without_exits_the_branch_is_dropped_and_last_output_is_final(tmp_path):
     wl = load_onnx(exit_model(tmp_path, [("r2", "exit1")]))
-    assert [l.name for l in wl.layers()] == ["c1", "c2", "c3", "fc"]
+    assert [ly.name for ly in wl.layers()] == ["c1", "c2", "c3", "fc"]
     assert [(e.name, e.position, e.rate) for e in wl.exits] == [("final", 3, 1.0)]
 
 
 def test_final_output_is_the_output_not_named_as_exit(tmp_path):
     wl = load_onnx(exit_model(tmp_path, [("r2", "exit1")], final_first=True), exits=["exit1"])
-    assert [l.name for l in wl.backbone] == ["c1", "c2", "c3", "fc"]
+    assert [ly.name for ly in wl.backbone] == ["c1", "c2", "c3", "fc"]
     assert [(e.name, e.position) for e in wl.exits] == [("exit1", 1), ("final", 3)]
 
 
@@ -236,7 +236,7 @@ def test_external_weight_data(tmp_path):
               location="ext.bin", size_threshold=0)
     assert (tmp_path / "ext.bin").stat().st_size > 0
     wl = load_onnx(tmp_path / "ext.onnx")
-    got = [(l.name, l.kind, l.R, l.P, l.C) for l in wl.backbone]
+    got = [(ly.name, ly.kind, ly.R, ly.P, ly.C) for ly in wl.backbone]
     assert got == [("c", "conv", 36, 27, 4), ("fc", "fc", 1, 144, 10)]
 
 

@@ -50,7 +50,7 @@ def test_a_layers_blocks_and_buffer_words_follow_its_passes_and_tiles(benchmark_
 
 
 def test_the_gap_of_the_zc706_design_sums_and_the_buffer_sits_between_bounds(benchmark_module):
-    """`gap` end to end on ResNet-50 and ZC706's wave-3k design (given, not searched, without the block input
+    """`gap` end to end on ResNet-50 and a ZC706 design (given, not searched, without the block input
     buffer: 1 s): its parts sum to the
     DSE's cycles (asserted inside), its share is the DSE's GOp/s over the board peak, and a line
     buffer with its fill priced lands between the design as built and the buffer with a free fill,

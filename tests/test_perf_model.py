@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fluidnpu.dse.perf_model import Bus, EngineTiming, layer_cycles, mode_dims
 from fluidnpu.dse.tiling import layer_schedule, run_schedule, schedule_cycles
@@ -263,10 +262,10 @@ def test_port_skew_prices_a_short_step_on_several_ports():
 
 def test_a_step_is_handed_over_from_its_last_command_not_the_weight_walkers_spare_cycle():
     """An FC step of one 1-beat weight row and one 1-beat input run (TPk = 1), traced on four 64-bit
-    ports (docs/rtl-agreement.md, wave 3g): both commands go out in cycle 0, the weight walker spends
+    ports (docs/rtl-agreement.md): both commands go out in cycle 0, the weight walker spends
     cycle 1 before the next step, and the FETCH_AHEAD = 3 steps the fetcher runs ahead take 9 cycles
     (the step's last command + its beat, 1, plus `dma_latency` 8): 3 a step, not the (2 + 8) / 3 that
-    timing the hand-over from the next step's start would give (with two steps ahead, wave 3g: 4.5).
+    timing the hand-over from the next step's start would give (with two steps ahead: 4.5).
     On one port both commands queue for the one command a cycle, so the step ends with its input
     command: (2 + 8) / 3."""
     from fluidnpu.dse.perf_model import layer_costs
@@ -286,7 +285,7 @@ def test_a_step_is_handed_over_from_its_last_command_not_the_weight_walkers_spar
 
 def test_the_descriptor_reads_are_in_when_their_last_port_is_done():
     """A layer's three 16-word descriptor reads (4 beats each on a 64-bit port), traced
-    (docs/rtl-agreement.md, wave 3g): on one port the responses come 4 beats apart, the last 12
+    (docs/rtl-agreement.md): on one port the responses come 4 beats apart, the last 12
     cycles after the first beat; on four ports each read has a port of its own, but the last read's
     4 beats still follow its command, issued 2 cycles after the first: 6, not the 3 that spreading
     the 12 beats over the ports gives. On two ports (not traced) port 0 carries reads 1 and 3: 8."""
@@ -297,8 +296,8 @@ def test_the_descriptor_reads_are_in_when_their_last_port_is_done():
 
 def test_busiest_port_of_a_repeating_deal():
     """A packed FC step (two groups: weight copies of 3 and 6 beats for each of TPk = 2 rows, and four
-    one-beat input runs) dealt over N 64-bit ports. On one command stream (`walkers` = 1, the wave-3b
-    fetcher) every step is dealt the same way: on 2 ports both 6-beat copies land on port 1, 6 + 6 +
+    one-beat input runs) dealt over N 64-bit ports. On one command stream (`walkers` = 1, a
+    one-walker fetcher) every step is dealt the same way: on 2 ports both 6-beat copies land on port 1, 6 + 6 +
     1 + 1 = 14 beats there against the even share of 11; on 4 ports ports 1 and 3 get 6 + 1; on 3
     ports the deal rotates (8 commands, 8 mod 3 = 2), so no port is always the busiest; one port has
     nothing to balance. With the two walkers (the RTL) the DMA restarts its deal at each layer and a
@@ -349,7 +348,7 @@ def test_walkers_and_gather_price_the_fetch_as_documented():
     """`Bus.walkers` / `Bus.gather` (docs/dse.md): with ports that never bind, the RTL's two walkers pay
     the longer of the weight commands (plus one a step: the step's last input run waits for the weight
     walker) and the input commands (plus each step's first row, read one run a tap); the one-walker
-    what-if (the wave-3b fetcher) pays both; with commands free both pay the same beats; gather cuts an
+    what-if (one command stream) pays both; with commands free both pay the same beats; gather cuts an
     input row's commands to one a step where its runs cross kernel taps (TPk = 27 against cin = 64) and
     leaves a layer without crossings alone. The RTL's bus (2 walkers, no gather) is the default."""
     from dataclasses import replace
@@ -413,7 +412,8 @@ def test_closed_form_input_commands_are_the_exact_walks(fields, TPk, merges):
     merged, taps = costs(g.kw, im2col_edge(*shape)), costs(1, 0.0)      # kw = 1: every crossing a run
     assert float(merged.in_runs) == pytest.approx(reads.in_runs)
     assert (float(merged.in_runs) < float(taps.in_runs)) == merges
-    assert reads.first_beats >= 0 and reads.first_runs >= 0 and float(merged.first_extra) >= 0 and float(taps.first_extra) == 0
+    assert reads.first_beats >= 0 and reads.first_runs >= 0
+    assert float(merged.first_extra) >= 0 and float(taps.first_extra) == 0
 
 
 def test_two_walkers_on_one_port_queue_for_it():
@@ -529,8 +529,7 @@ def test_rows_of_two_kinds_are_paced_apart():
     estimate from the layer's counts is within a quarter of the exact one at ResNet-50's layer1 conv2."""
     from dataclasses import replace
 
-    from fluidnpu.dse.perf_model import (DEFAULT_TIMING, im2col_edge, im2col_inside, im2col_row_reads,
-                                         layer_costs)
+    from fluidnpu.dse.perf_model import DEFAULT_TIMING, im2col_edge, im2col_inside, im2col_row_reads, layer_costs
     from fluidnpu.hw.descriptor import LayerDescriptor
 
     three, one = Bus.of_ports(3, 8), Bus.of_ports(1, 8)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from fluidnpu.errors import FluidError
-from fluidnpu.hw.regmap import VLNV
 from fluidnpu.host_driver.driver import DesignMismatch, NpuDriver, NpuTimeout, random_fbcb, stub_bundle
 from fluidnpu.host_driver.model_device import ModelDevice
 from fluidnpu.host_driver.scenario import subnet_scenario
+from fluidnpu.hw.regmap import VLNV
 
 TR, TP, TC, BMAX, LAYERS = 16, 4, 4, 4, 2
 BUNDLE = stub_bundle(TR, TP, TC, BMAX, random_fbcb(LAYERS, BMAX, TR, TP, TC, seed=5), axi_dw=128)
@@ -169,8 +169,9 @@ def test_hard_reset_redownloads_the_bitstream(fake):
     dev = PynqDevice(str(fake.bit), bundle=BUNDLE)
     driver = NpuDriver(dev, BUNDLE)
     fake.model.hang = "hard"
-    from fluidnpu.host_driver.scenario import _case
     import random
+
+    from fluidnpu.host_driver.scenario import _case
     case = _case(driver, random.Random(1), 2, 1)
     image = driver.place(case.layers)
     image.write_input(case.x)

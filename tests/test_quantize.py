@@ -7,8 +7,16 @@ import pytest
 
 from fluidnpu.errors import FluidError
 from fluidnpu.hw.reference import INT16_MAX
-from fluidnpu.quantize import (ACC_LIMIT, FloatLayer, FloatNetwork, early_exit_eval, frac_bits_for, quantize,
-                               softmax_confidence, to_fixed)
+from fluidnpu.quantize import (
+    ACC_LIMIT,
+    FloatLayer,
+    FloatNetwork,
+    early_exit_eval,
+    frac_bits_for,
+    quantize,
+    softmax_confidence,
+    to_fixed,
+)
 from fluidnpu.workload import Exit, Layer, Workload
 
 

@@ -13,9 +13,9 @@ misspelt option, a bad choice or a missing required option fails), not run, for 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import re
 import shutil
+from pathlib import Path
 
 import click
 import pytest

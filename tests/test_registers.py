@@ -10,9 +10,18 @@ pytest.importorskip("amaranth")
 
 from amaranth.sim import Simulator
 
-from fluidnpu.hw.regmap import (ID_VALUE, REG, REGISTERS, VERSION_VALUE, Access, ErrorCode, NpuParams,
-                                decode_fbcb_entry, encode_fbcb_entry)
 from fluidnpu.hw.registers import NpuRegisters
+from fluidnpu.hw.regmap import (
+    ID_VALUE,
+    REG,
+    REGISTERS,
+    VERSION_VALUE,
+    Access,
+    ErrorCode,
+    NpuParams,
+    decode_fbcb_entry,
+    encode_fbcb_entry,
+)
 from fluidnpu.sim_tb.axil_master import AxiLiteMaster
 
 PARAMS = NpuParams(TR=8, TP=4, TC=3, bmax=4, layers=3, axi_dw=64, design_hash=0xDEADBEEF)

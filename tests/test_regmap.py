@@ -17,10 +17,29 @@ from fluidnpu.dse import resource_model
 from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.errors import FluidError
 from fluidnpu.hw import export, regmap
-from fluidnpu.hw.regmap import (REG, REGISTERS, Access, ErrorCode, KCode, NpuParams, bank_choices, bank_select_bits,
-                                chain_count, chain_position,
-                                chains, decode_fbcb_entry, design_hash, encode_fbcb_entry, fbcb_entry_bits,
-                                fbcb_index, fbcb_table, longest_chain, mode_depth, skew_words, sum_depth)
+from fluidnpu.hw.regmap import (
+    REG,
+    REGISTERS,
+    Access,
+    ErrorCode,
+    KCode,
+    NpuParams,
+    bank_choices,
+    bank_select_bits,
+    chain_count,
+    chain_position,
+    chains,
+    decode_fbcb_entry,
+    design_hash,
+    encode_fbcb_entry,
+    fbcb_entry_bits,
+    fbcb_index,
+    fbcb_table,
+    longest_chain,
+    mode_depth,
+    skew_words,
+    sum_depth,
+)
 
 
 @pytest.fixture

@@ -3,18 +3,37 @@ fitted to Yosys (docs/resources.md)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from fluidnpu.boards import load_board
-from fluidnpu.dse.resource_model import (DEFAULT_LOGIC, DEFAULT_WIDE_PORTS, bram36_for, bram_reserve, control_logic,
-                                         design_resources, dma_words, engine_logic, fbcb_bram36, fbcb_in_bram, fbcb_lutram,
-                                         input_banks, logic_use, lutram_choice, max_tr, memories, memory_use, merge_luts, zero_luts,
-                                         skew_bits, uram_for)
+from fluidnpu.dse.resource_model import (
+    DEFAULT_LOGIC,
+    DEFAULT_WIDE_PORTS,
+    bram36_for,
+    bram_reserve,
+    control_logic,
+    design_resources,
+    dma_words,
+    engine_logic,
+    fbcb_bram36,
+    fbcb_in_bram,
+    fbcb_lutram,
+    input_banks,
+    logic_use,
+    lutram_choice,
+    max_tr,
+    memories,
+    memory_use,
+    merge_luts,
+    skew_bits,
+    uram_for,
+    zero_luts,
+)
 from fluidnpu.hw.regmap import CHAIN, fbcb_entry_bits, nmax
 
 
@@ -184,7 +203,8 @@ def test_engine_terms():
         c.lut_per_mac + c.lut_per_tree_adder + c.lut_per_mux_input_bit * 16 * 2 + c.lut_per_bank_word * 2)
     # banks cost the engine multiplexers and the skewed copies of their words, no other register
     assert ff(4, 8, 8) - ff(4, 8, 2) == pytest.approx(
-        c.ff_per_skew_bit * float(skew_bits(np.array(4), np.array(8), 8, True) - skew_bits(np.array(4), np.array(8), 2, True)))
+        c.ff_per_skew_bit * float(skew_bits(np.array(4), np.array(8), 8, True)
+                                  - skew_bits(np.array(4), np.array(8), 2, True)))
     # plain PEs (k = 1 only) save half the bank-multiplexer inputs and the stacking logic per PE pair,
     # and half the skew (no k = 2 upper lanes, no k = 1/2 upper bank selects)
     plain_lut, plain_ff = (float(v) for v in engine_logic(7, 128, 8, False))
@@ -240,7 +260,8 @@ def test_the_fbcbs_ramb18_counts_in_the_design_and_its_bram_ceiling():
     zc706 = load_board("zc706")
     small, big = (design_resources(1024, 8, 16, zc706, 8, layers, True) for layers in (8, 63))
     assert big.bram36 - small.bram36 == 0.5 and big.lut < small.lut
-    assert bram_reserve(np.array([8]), False, 63, 8, zc706) == 0.5 and bram_reserve(np.array([8]), False, 8, 8, zc706) == 0
+    assert bram_reserve(np.array([8]), False, 63, 8, zc706) == 0.5
+    assert bram_reserve(np.array([8]), False, 8, 8, zc706) == 0
     # at the ceiling: the largest TR the 8-layer design fits leaves less than half a BRAM36 for the FBCB
     tr8, tr63 = (int(max_tr(np.array([8]), np.array([16]), zc706, 8, layers, True, 1 << 16)[0]) for layers in (8, 63))
     assert tr63 <= tr8
@@ -468,9 +489,17 @@ def test_the_block_input_buffer_model_matches_yosys():
     from pathlib import Path
 
     from fluidnpu.boards import load_board
-    from fluidnpu.dse.resource_model import (BUFFER_WALKER, buffer_banks_of, buffer_join_logic, buffer_room,
-                                             design_resources, input_buffer_bram36, input_buffer_logic,
-                                             input_buffer_per_bank, input_buffer_words)
+    from fluidnpu.dse.resource_model import (
+        BUFFER_WALKER,
+        buffer_banks_of,
+        buffer_join_logic,
+        buffer_room,
+        design_resources,
+        input_buffer_bram36,
+        input_buffer_logic,
+        input_buffer_per_bank,
+        input_buffer_words,
+    )
 
     doc = json.loads((Path(__file__).parents[1] / "docs/figures/resources/input_buffer_points.json").read_text())
     for pt in doc["points"]:
@@ -486,7 +515,7 @@ def test_the_block_input_buffer_model_matches_yosys():
         if pt["fit"]:
             assert abs(lut - pt["lut"]) <= 0.08 * pt["lut"], pt
         else:
-            # the wave-3l pick's buffer, synthesized after the fit: its read muxes cost fewer LUTs than
+            # a pick's buffer, outside the fit: its read muxes cost fewer LUTs than
             # the fit's slope (the model is above by at most a quarter)
             assert pt["lut"] <= lut <= 1.25 * pt["lut"], pt
     for cu in doc["control_units"]:

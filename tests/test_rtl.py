@@ -7,13 +7,13 @@ injects it in place of fluidnpu.hw.npu.
 
 from __future__ import annotations
 
-from dataclasses import replace
 import json
-from pathlib import Path
 import shutil
 import subprocess
 import sys
 import types
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +28,8 @@ from fluidnpu.bundle import bundle_from_result
 from fluidnpu.cli import main
 from fluidnpu.dse.search import DSEOptions, explore
 from fluidnpu.hw.axi import axi4_signature, axi_lite_signature
-from fluidnpu.hw.regmap import REG, NpuParams, design_hash
 from fluidnpu.hw.registers import NpuRegisters
+from fluidnpu.hw.regmap import REG, NpuParams, design_hash
 from fluidnpu.hw.vivado_wrapper import top_ports, vivado_wrapper
 
 BIN = Path(sys.executable).parent
@@ -287,7 +287,7 @@ def test_mid_size_npu_generates_quickly_and_lints(tmp_path):
     (tmp_path / "fluidnpu_npu.v").write_text(to_verilog(top, "fluidnpu_npu", emit_src=False))
     (tmp_path / "fluidnpu_top.v").write_text(vivado_wrapper(top, "fluidnpu_npu"))
     spent = cpu() - c0
-    assert spent < 30, f"generation took {spent:.0f} CPU-s"  # the old netlist: ~53 s
+    assert spent < 30, f"generation took {spent:.0f} CPU-s"
     if not VERILATOR:
         pytest.skip("verilator is not installed")
     proc = subprocess.run([VERILATOR, "--lint-only", "-Wno-fatal", "--top-module", "fluidnpu_top",

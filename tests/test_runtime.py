@@ -152,7 +152,8 @@ def test_latency_table_runs_each_piece_warmup_plus_reps_times(setup, monkeypatch
     rt = NetworkRuntime(q, driver(bundle))
     calls = []
     real = rt._run_piece
-    monkeypatch.setattr(rt, "_run_piece", lambda start, stop, states: calls.append(len(states)) or real(start, stop, states))
+    monkeypatch.setattr(rt, "_run_piece",
+                        lambda start, stop, states: calls.append(len(states)) or real(start, stop, states))
     table = measure_table(rt, bundle, batch_sizes=[1, 8], reps=reps, warmup=warmup)
     assert len(calls) == len(rt.segment_stops) * 2 * (warmup + reps)
     assert sorted(set(calls)) == [1, 8]

@@ -11,8 +11,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fluidnpu.scheduler_fw.backend import SimulatedNPU
 from fluidnpu.scheduler_fw.latency import LatencyTable

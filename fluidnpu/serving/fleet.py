@@ -34,15 +34,16 @@ responses say `"emulated": true`.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
-from dataclasses import dataclass, field
 import json
 import random
 import signal
 import threading
 import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 
@@ -80,7 +81,7 @@ def served_name(model: str) -> str:
     return Path(model).stem if model.lower().endswith(".onnx") else model
 
 
-def runtime_key(model: str) -> Optional[str]:
+def runtime_key(model: str) -> str | None:
     """The runtime model (`fluidnpu.host_driver.serving.MODELS`) a session model names, or None."""
     from fluidnpu.host_driver.serving import MODELS
 
@@ -157,7 +158,7 @@ class FleetService:
         # per answered request: session, server s, device s (arrival at the actor to its batch's end),
         # modelled s (its batch's), emulated
         self.timings: deque[tuple[int, float, float, float, bool]] = deque(maxlen=LAT_WINDOW)
-        self._ticker: Optional[asyncio.Task] = None
+        self._ticker: asyncio.Task | None = None
 
     # ---- epochs
     def start(self) -> None:
@@ -298,8 +299,15 @@ def build_fleet_app(svc: FleetService) -> Any:
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route, Router
 
-    from fluidnpu.serving.http_api import (HEADER_LEN, decode_request, encode_response, error_response, read_body,
-                                           split_body, v2_routes)
+    from fluidnpu.serving.http_api import (
+        HEADER_LEN,
+        decode_request,
+        encode_response,
+        error_response,
+        read_body,
+        split_body,
+        v2_routes,
+    )
     from fluidnpu.serving.protocol import BadRequest, NotFound
 
     def model_of(request: Request) -> Any:
@@ -421,8 +429,8 @@ def ingress_deployment(serve: Any) -> Any:
     return FleetIngress
 
 
-def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: Optional[str], epoch_s: float,
-                        host: str, http_port: int, stop_after_s: Optional[float], tau: float = 0.8,
+def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: str | None, epoch_s: float,
+                        host: str, http_port: int, stop_after_s: float | None, tau: float = 0.8,
                         seed: int = 0) -> dict[str, Any]:
     """Plan, start (or join) Ray, deploy the ingress, serve until SIGTERM/SIGINT or `stop_after_s`; the report.
 
@@ -442,7 +450,8 @@ def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: Optiona
     if stop_after_s is not None:
         check_positive(stop_after_s, "--stop-after (s)")
     if not 1 <= http_port <= 65535:
-        raise FluidError(f"--http-port must be in 1..65535 with --fleet (Ray Serve binds a fixed port), got {http_port}")
+        raise FluidError(f"--http-port must be in 1..65535 with --fleet (Ray Serve binds a fixed port), "
+                         f"got {http_port}")
     check_tau(tau)
     from fluidnpu.serving.server import check_addresses
 

@@ -17,17 +17,16 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import numpy as np
-from tritonclient.grpc import service_pb2 as pb
-from tritonclient.grpc import service_pb2_grpc as pbg
+from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc as pbg
 
 from fluidnpu.errors import FluidError
 from fluidnpu.serving.engine import Rejected, Ticket, resolves
-from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
-                                       timing_params)
+from fluidnpu.serving.protocol import DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays, timing_params
 
 _DT = {np.dtype(np.int32): "INT32", np.dtype(np.float32): "FP32"}
 

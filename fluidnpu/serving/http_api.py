@@ -25,8 +25,7 @@ from starlette.routing import Route
 
 from fluidnpu.errors import FluidError
 from fluidnpu.serving.engine import Rejected, resolves
-from fluidnpu.serving.protocol import (DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays,
-                                       timing_params)
+from fluidnpu.serving.protocol import DEADLINE_PARAM, BadRequest, NotFound, deadline_s, output_arrays, timing_params
 
 HEADER_LEN = "inference-header-content-length"
 MAX_BODY_BYTES = 4 << 20

@@ -14,8 +14,9 @@ one-line message (HTTP 400, gRPC INVALID_ARGUMENT).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ class InputContract:
     them divided by it; None: the network's own values, any finite number (models with no weights)."""
 
     hwc: tuple[int, ...]
-    pixel_max: Optional[float] = None
+    pixel_max: float | None = None
     name: str = INPUT
     datatype: str = "FP32"           # little-endian float32 on the wire (the binary extension, gRPC raw)
 
@@ -120,14 +121,14 @@ class ServedModel:
         outs = {"class": {"name": "class", "datatype": "INT32", "shape": [-1]},
                 "exit": {"name": "exit", "datatype": "INT32", "shape": [-1]},
                 "logits": {"name": "logits", "datatype": "FP32", "shape": [-1, self.n_classes]}}
-        meta = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
+        meta: dict[str, Any] = {"name": self.name, "versions": [self.version], "platform": "fluidnpu",
                 "inputs": [self.contract.metadata()],
                 "outputs": [outs[n] for n in self.outputs]}
         if self.emulated:
             meta["parameters"] = {"emulated": True}
         return meta
 
-    def check_name(self, name: str, version: Optional[str] = None) -> None:
+    def check_name(self, name: str, version: str | None = None) -> None:
         if name != self.name:
             raise NotFound(f"unknown model {name!r}; this server serves {self.name!r}")
         if version not in (None, "", self.version):

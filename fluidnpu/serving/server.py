@@ -25,10 +25,12 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 from fluidnpu.errors import FluidError
 
+if TYPE_CHECKING:   # the devices are imported where one is chosen, so a server loads only its own
+    from fluidnpu.host_driver.device import Device
 
 POLICY_SLO_SHARE = 0.6
 
@@ -39,12 +41,12 @@ class Server:
 
     engine: Any
     model: Any
-    token: Optional[str]
-    tls: Optional[tuple[str, str]]
+    token: str | None
+    tls: tuple[str, str] | None
     metrics: Any
 
 
-def read_token(token_file: Optional[str]) -> Optional[str]:
+def read_token(token_file: str | None) -> str | None:
     """The bearer token in `--token-file` (None without one), or a one-line error."""
     if not token_file:
         return None
@@ -136,7 +138,7 @@ class _Uvicorn:
     """uvicorn.Server without its own signal handling (the serve loop drains first, then stops it)."""
 
     @staticmethod
-    def make(app: Any, host: str, port: int, tls: Optional[tuple[str, str]]) -> Any:
+    def make(app: Any, host: str, port: int, tls: tuple[str, str] | None) -> Any:
         import uvicorn
 
         class Quiet(uvicorn.Server):
@@ -211,7 +213,8 @@ def serve_on_driver(driver: Any, cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     server = Server(engine, model, cfg["token"], cfg["tls"], metrics)
-    started, stop, failed = threading.Event(), [], []
+    started, failed = threading.Event(), []
+    stop: list = []                     # the transports' event, loop and ports, as `_transports` appends them
 
     def transports() -> None:
         try:
@@ -261,18 +264,17 @@ def _serve(engine: Any, model: Any, metrics: Any, cfg: dict[str, Any]) -> dict[s
             "loop_error": None if engine.loop_error is None else repr(engine.loop_error)}
 
 
-def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str], model: str, policy: str,
-                  slo_ms: float, max_queue: int, tau: float, bmax: Optional[int], host: str, http_port: int,
-                  grpc_port: int, token_file: Optional[str], tls_cert: Optional[str], tls_key: Optional[str],
-                  pace: Optional[str], uio: str, stop_after_s: Optional[float] = None,
-                  stop_file: Optional[str] = None) -> dict[str, Any]:
+def serve_command(*, device: str, design: str | None, bitstream: str | None, model: str, policy: str,
+                  slo_ms: float, max_queue: int, tau: float, bmax: int | None, host: str, http_port: int,
+                  grpc_port: int, token_file: str | None, tls_cert: str | None, tls_key: str | None,
+                  pace: str | None, uio: str, stop_after_s: float | None = None,
+                  stop_file: str | None = None) -> dict[str, Any]:
     """Check the options, open the device, serve until SIGTERM (or `stop_file` appears: for callers that
     run the server in a thread of their own); the final counters."""
     from fluidnpu.host_driver.serving import _check_design, load_network
     from fluidnpu.quantize import check_tau
     from fluidnpu.scheduler_fw.policy import check_positive
     from fluidnpu.scheduler_fw.registry import policy_spec
-
     from fluidnpu.serving.protocol import check_runtime_model
 
     check_runtime_model(model, "serve")
@@ -328,6 +330,7 @@ def serve_command(*, device: str, design: Optional[str], bitstream: Optional[str
             return run_with_rtl(bundle.data, serve_on_driver, cfg)
     from fluidnpu.host_driver.driver import NpuDriver
 
+    dev: Device
     if device == "model":
         from fluidnpu.host_driver.model_device import ModelDevice
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
+from fluidnpu.digits_ee import digits_ee
 from fluidnpu.errors import FluidError
 from fluidnpu.lowering import fold_stem
 from fluidnpu.workload import Workload
 from fluidnpu.zoo.inceptionv3 import inceptionv3
 from fluidnpu.zoo.resnet50 import resnet50
-from fluidnpu.digits_ee import digits_ee
 
 MODELS: dict[str, Callable[[], Workload]] = {
     "resnet50": resnet50,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from fluidnpu.workload import Exit, Layer, Workload, equidistant_positions, exit_head
 

@@ -9,7 +9,8 @@ the DSE's tiling cares about. Pools are not GEMMs and only change the size.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fluidnpu.workload import Layer, Workload
 from fluidnpu.zoo.blocks import Block, assemble
@@ -33,7 +34,8 @@ def _chain(prefix: str, in_ch: int, hw: tuple[int, int], *specs: ConvSpec) -> li
     """A branch: convs applied one after another to the module input (prefix "" for the stem)."""
     layers: list[Layer] = []
     for name, out_ch, kernel, stride, padding in specs:
-        layer = Layer.conv(f"{prefix}.{name}" if prefix else name, in_ch, out_ch, hw, kernel, stride=stride, padding=padding)
+        layer = Layer.conv(f"{prefix}.{name}" if prefix else name, in_ch, out_ch, hw, kernel, stride=stride,
+                           padding=padding)
         layers.append(layer)
         in_ch, hw = out_ch, layer.out_hw
     return layers

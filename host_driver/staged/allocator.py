@@ -21,8 +21,8 @@ Pure bookkeeping (sizes and offsets, no device memory), so it is tested and meas
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from fluidnpu.errors import FluidError
 
@@ -38,7 +38,7 @@ class TensorUsage:
     last_op: int
     size: int
 
-    def overlaps(self, other: "TensorUsage") -> bool:
+    def overlaps(self, other: TensorUsage) -> bool:
         return max(self.first_op, other.first_op) <= min(self.last_op, other.last_op)
 
 
@@ -101,7 +101,7 @@ class SequenceLengthAwareAllocator:
         placed: list[Placement | None] = [None] * len(usages)
         for i in sorted(range(len(usages)), key=lambda k: -usages[k].size):
             t = usages[i]
-            for ci, c in enumerate(self.chunks):
+            for ci, c in enumerate(self.chunks):  # noqa: B007 (ci, the chunk found, is read after the loop)
                 off = self.find_gap(t, c, usages)
                 if off is not None:
                     break
@@ -204,7 +204,7 @@ def compare_allocators(lengths: Sequence[int], batch: int = 1, max_idle: int = 0
     device allocation), and fragmentation (1 - the inference's live peak / memory reserved while it
     ran, averaged over the stream)."""
     alg, cache = SequenceLengthAwareAllocator(max_idle=max_idle), CachingAllocator()
-    frag = {"alg1": [], "caching": []}
+    frag: dict[str, list[float]] = {"alg1": [], "caching": []}
     tensors = 0
     for n in lengths:
         us = bert_usages(batch, int(n), **bert)

@@ -42,9 +42,10 @@ of the stage that failed on it; a failing stage never blocks the pipeline.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.host_driver.staged.batch_table import BatchQueue, BatchRow, BatchTable, Part, Query, QueueItem
@@ -52,7 +53,6 @@ from fluidnpu.host_driver.staged.buffers import BufferRing
 from fluidnpu.host_driver.staged.model import ModelSpec, call_module
 from fluidnpu.host_driver.staged.slicing import StageProfile
 from fluidnpu.host_driver.staged.torchutil import StreamShim, require_torch, to_host_async
-
 
 # Host overhead is counted in this thread's CPU time, so that a busy machine's preemptions do not count.
 _cpu = time.thread_time
@@ -87,7 +87,7 @@ class _Inflight:
 
 
 class StageExecutor:
-    def __init__(self, engine: "StagedEngine", index: int, modules: Sequence[Any], stream: StreamShim,
+    def __init__(self, engine: StagedEngine, index: int, modules: Sequence[Any], stream: StreamShim,
                  exit_head=None, exit_index: int | None = None) -> None:
         self.engine = engine
         self.index = index
@@ -388,8 +388,8 @@ class StagedEngine:
 
     def _after_membership_change(self, row: BatchRow) -> None:
         if row.bs == 0:
-            for b, parts in list(row.held.items()):
-                for qs, p in parts:
+            for parts in list(row.held.values()):
+                for _qs, p in parts:
                     p.slot.held -= 1
                     BufferRing.drop(p.slot)
             row.held.clear()

@@ -18,8 +18,9 @@ model: the result every staged schedule must reproduce.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.host_driver.staged.torchutil import require_torch
@@ -145,7 +146,7 @@ class ModelSpec:
             if n < 1:
                 raise FluidError(f"{self.name}: a query of length {n} is empty")
 
-    def to(self, device) -> "ModelSpec":
+    def to(self, device) -> ModelSpec:
         for m in self.modules:
             m.to(device)
             m.eval()

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from fluidnpu.errors import FluidError
-from fluidnpu.output import write_text
 from fluidnpu.host_driver.staged.model import ModelSpec, call_module
 from fluidnpu.host_driver.staged.torchutil import require_torch, synchronize
+from fluidnpu.output import write_text
 
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 PREFERRED_FRACTION = 0.9   # "the smallest batch size that fully utilizes the GPU": 90 % of the best throughput
@@ -160,7 +160,7 @@ class StageProfile:
                 "module_seconds": None if self.module_seconds is None else self.module_seconds.tolist()}
 
     @classmethod
-    def from_json(cls, d: dict) -> "StageProfile":
+    def from_json(cls, d: dict) -> StageProfile:
         ms = d.get("module_seconds")
         return cls(tuple(d["batch_sizes"]), np.asarray(d["stage_seconds"], dtype=float),
                    tuple(tuple(b) for b in d["bounds"]), None if ms is None else np.asarray(ms), d.get("device", ""))

@@ -96,7 +96,7 @@ class StreamShim:
                 t.record_stream(self.stream)
 
 
-def to_host_async(t, stream: "StreamShim"):
+def to_host_async(t, stream: StreamShim):
     """A host copy of `t` that does not block the host.
 
     On CUDA: a non-blocking copy into freshly allocated pinned (page-locked) memory, enqueued on

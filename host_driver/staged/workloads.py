@@ -16,6 +16,7 @@ ResNet-34-like CNN at 224x224, a 4-level UNet at 256x256) plus overrides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,7 +81,7 @@ def sample_lengths(dist: str, rng: np.random.Generator, n: int, cap: int | None 
 
 def _bert_modules(vocab: int, hidden: int, layers: int, heads: int, ffn: int, max_len: int, classes: int):
     torch = require_torch()
-    nn = torch.nn
+    from torch import nn  # torch is imported: require_torch said how to install it if not
     F = torch.nn.functional
 
     class Embeddings(nn.Module):
@@ -129,7 +130,7 @@ def _bert_modules(vocab: int, hidden: int, layers: int, heads: int, ffn: int, ma
 
 def bert_workload(size: str = "tiny", lengths: str = "rte", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
-    cfg = {"full": dict(vocab=30522, hidden=768, layers=12, heads=12, ffn=3072, max_len=512, classes=2),
+    cfg: dict[str, Any] = {"full": dict(vocab=30522, hidden=768, layers=12, heads=12, ffn=3072, max_len=512, classes=2),
            "small": dict(vocab=8192, hidden=256, layers=4, heads=4, ffn=1024, max_len=256, classes=2),
            "tiny": dict(vocab=128, hidden=32, layers=4, heads=2, ffn=64, max_len=64, classes=2)}[size]
     cfg.update(kw)
@@ -183,8 +184,8 @@ def _random_inputs(torch, shape: tuple[int, ...]):
 
 def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
-    nn = torch.nn
-    cfg = {"full": dict(image=224, widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), classes=1000),
+    from torch import nn  # torch is imported: require_torch said how to install it if not
+    cfg: dict[str, Any] = {"full": dict(image=224, widths=(64, 128, 256, 512), blocks=(3, 4, 6, 3), classes=1000),
            "small": dict(image=32, widths=(16, 32, 64), blocks=(2, 2, 2), classes=10),
            "tiny": dict(image=16, widths=(4, 8), blocks=(1, 2), classes=5)}[size]
     cfg.update(kw)
@@ -224,8 +225,8 @@ def cnn_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
 
 def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
     torch = require_torch()
-    nn = torch.nn
-    cfg = {"full": dict(image=256, widths=(32, 64, 128, 256, 512), classes=2),
+    from torch import nn  # torch is imported: require_torch said how to install it if not
+    cfg: dict[str, Any] = {"full": dict(image=256, widths=(32, 64, 128, 256, 512), classes=2),
            "small": dict(image=64, widths=(8, 16, 32, 64), classes=2),
            "tiny": dict(image=16, widths=(4, 8, 16), classes=2)}[size]
     cfg.update(kw)
@@ -271,7 +272,7 @@ def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
             return self.c(state[0] if isinstance(state, tuple) else state)
 
     w = cfg["widths"]
-    mods = [Stem(w[0])] + [Down(w[i], w[i + 1]) for i in range(len(w) - 1)]
+    mods: list[nn.Module] = [Stem(w[0])] + [Down(w[i], w[i + 1]) for i in range(len(w) - 1)]
     mods += [Up(w[i + 1], w[i]) for i in reversed(range(len(w) - 1))] + [Head(w[0], cfg["classes"])]
     img = cfg["image"]
     example, sample = _random_inputs(torch, (3, img, img))
@@ -285,7 +286,7 @@ def unet_workload(size: str = "tiny", seed: int = 0, **kw) -> ModelSpec:
 
 def eecnn_workload(size: str = "tiny", seed: int = 0, threshold: float = 0.6, **kw) -> ModelSpec:
     torch = require_torch()
-    nn = torch.nn
+    from torch import nn  # torch is imported: require_torch said how to install it if not
     dim = {"full": 512, "small": 64, "tiny": 16}[size]
     depth = 8 if size == "full" else 6
     classes = 4
@@ -309,7 +310,8 @@ def eecnn_workload(size: str = "tiny", seed: int = 0, threshold: float = 0.6, **
     return ModelSpec(f"eecnn-{size}", mods, _image_collate(torch), example, exits=exits, sample=sample)
 
 
-WORKLOADS = {"bert": bert_workload, "cnn": cnn_workload, "unet": unet_workload, "eecnn": eecnn_workload}
+WORKLOADS: dict[str, Callable[..., ModelSpec]] = {"bert": bert_workload, "cnn": cnn_workload, "unet": unet_workload,
+                                                  "eecnn": eecnn_workload}
 
 
 def build_workload(name: str, size: str = "tiny", **kw) -> ModelSpec:

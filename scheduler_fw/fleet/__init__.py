@@ -1,4 +1,4 @@
-"""Fleets of NPUs and GPUs behind one endpoint (issue 13): the Nexus planner.
+"""Fleets of NPUs and GPUs behind one endpoint: the Nexus planner.
 
 `nexus` is the algorithm (pure Python), `profiles` prices ℓ(b) and model
 switches from design bundles and GPU stage profiles, `inputs` reads the

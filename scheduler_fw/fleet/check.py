@@ -17,10 +17,10 @@ Pure Python and seeded (random.Random): reproducible everywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Plan
 from fluidnpu.scheduler_fw.fleet.node_loop import DutyCycleNode

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import click
+
 from fluidnpu.output import FloatRange
 
 # The defaults are the smallest round pair whose plan of docs/fleet.md's example keeps every session's SLO

@@ -15,8 +15,8 @@ from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.output import read_json
-from fluidnpu.schema import check, check_one_of
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Profile, Session
+from fluidnpu.schema import check, check_one_of
 
 _NAME = {"type": "string", "minLength": 1}
 SESSIONS_SCHEMA: dict[str, Any] = {

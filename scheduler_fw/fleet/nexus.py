@@ -25,10 +25,11 @@ Pure Python (no numpy): it is small enough to re-plan on a board's ARM.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-import math
-from typing import Sequence, cast
+from typing import cast
 
 EPS = 1e-9
 
@@ -176,7 +177,7 @@ class Plan:
     nodes: list[Node]
     unplaced: list[Unplaced]
     sessions: list[Session]
-    kinds: dict[str, str] = field(default_factory=dict)        # session's preferred kind, by session index
+    kinds: dict[int, str] = field(default_factory=dict)        # session's preferred kind, by session index
     lower_bound: float = 0.0
     bound: int = 0
     quantile: float = 0.0          # the residue slots' Poisson quantile (0: Nexus's mean, b = ceil(r·d))
@@ -321,15 +322,15 @@ def plan(sessions: Sequence[Session], kinds: Sequence[DeviceKind], headroom: flo
             prof = k.profiles[s.model]
             B = cast(int, prof.saturate_batch(s.slo_s))
             T = B / prof.latency(B)
-            n = int(math.floor(left / T + EPS))
-            take = max(0, min(n, free[k.name] - (reserved[k.name] if len(prefs[s.index]) > 1 else 0)))
+            saturated = int(math.floor(left / T + EPS))
+            take = max(0, min(saturated, free[k.name] - (reserved[k.name] if len(prefs[s.index]) > 1 else 0)))
             for _ in range(take):
                 nodes.append(Node(k.name, prof.latency(B), [Slot(s.index, s.model, T, s.slo_s, B, prof.latency(B))],
                                   saturated=True))
             free[k.name] -= take
             left = max(0.0, left - take * T)
             bound += take
-            if take == n:
+            if take == saturated:
                 break
         if left > EPS * max(1.0, s.rate):
             residues.append((s, left))

@@ -16,10 +16,11 @@ Pure Python: board-side friendly.
 
 from __future__ import annotations
 
-from collections import deque
 import math
 import random
-from typing import Any, Callable
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from fluidnpu.scheduler_fw.fleet.nexus import Node, Profile
 from fluidnpu.scheduler_fw.serving import Clock
@@ -100,7 +101,7 @@ class DutyCycleNode:
         clock, node = self.clock, self.node
         start = self.next_start
         clock.sleep_until(start)
-        done = []
+        done: list[tuple] = []
         for j, i in enumerate(self.order):
             s = node.slots[i]
             p = self.profiles[s.model]
@@ -108,7 +109,8 @@ class DutyCycleNode:
                 clock.sleep_until(clock.now() + p.switch_s)
                 self.loaded = s.model
             clock.sleep_until(start + self.offsets[j])
-            now, q, batch = clock.now(), self.queues[j], []
+            now, q = clock.now(), self.queues[j]
+            batch: list = []
             self.lateness.append(now - start - self.offsets[j])
             while q and q[0][0] <= now and len(batch) < s.batch:
                 batch.append(q.popleft())

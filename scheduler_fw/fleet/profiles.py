@@ -20,7 +20,8 @@ assumption): switching is free unless the fleet file says otherwise.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.fleet.nexus import Profile

@@ -29,15 +29,16 @@ The @serve.batch baseline on the same emulated boards is fleet/serve_batch.py.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
 import math
 import random
 import re
 import threading
 import time
-from typing import Any, Sequence
+from collections import deque
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.scheduler_fw.fleet.nexus import DeviceKind, Node, Plan, Profile
@@ -197,7 +198,7 @@ class NodeWorker:
                     continue
                 finished = loop.cycle()   # submit() appends meanwhile: deques are thread-safe
                 self.loops = [lp for lp in self.loops[:-1] if lp.pending] + self.loops[-1:]
-            for _, arrival, done, job in finished:
+            for _, _arrival, done, job in finished:
                 job.fut.set_result(done)
             self.answered += len(finished)
 
@@ -499,12 +500,12 @@ class Fleet:
                 # its session was re-planned off (SessionMoved, not a failure) sends it on to the current
                 # plan's node, up to REROUTES times. Any other failure (a worker lost under load) is retried
                 # once on a live node of the current plan, then refused.
-                died = isinstance(exc, self.ray.exceptions.RayActorError)
+                lost = isinstance(exc, self.ray.exceptions.RayActorError)
                 moved = isinstance(exc, SessionMoved)
-                if died and self.mark_dead(device):
+                if lost and self.mark_dead(device):
                     self.step(time.monotonic() - t0, [device])
                 node = self.route(session, rng)
-                again = died or (moved and tries < REROUTES) or tries == 0
+                again = lost or (moved and tries < REROUTES) or tries == 0
                 if again and node is not None and node not in self.dead:
                     pending.append((session, t, self.actors[node].infer.remote(session, t0 + t), node, tries + 1))
                     log.retried[session] = log.retried.get(session, 0) + 1

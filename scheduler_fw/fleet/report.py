@@ -1,8 +1,9 @@
-"""A plan as JSON (the format issue 13 fixes for other tools) and as the seed write-up prints it."""
+"""A plan as JSON (a fixed format, for other tools to read) and as the seed write-up prints it."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fluidnpu.output import writing
 from fluidnpu.scheduler_fw.fleet.check import SessionCheck
@@ -93,8 +94,9 @@ def check_text(c: dict[str, Any], title: str = "Check: replayed, placed load onl
         if not r["arrivals"]:
             lines.append(f"session {r['session']} {r['model']}: no placed load, nothing replayed")
             continue
-        lines.append(f"session {r['session']} {r['model']} (SLO {r['slo_ms']:g}ms, {r['placed_rate']:.1f} req/s placed):"
-                     f" {r['arrivals']} arrivals, {r['answered']} answered, SLO compliance "
+        lines.append(f"session {r['session']} {r['model']} (SLO {r['slo_ms']:g}ms, "
+                     f"{r['placed_rate']:.1f} req/s placed): {r['arrivals']} arrivals, {r['answered']} answered, "
+                     "SLO compliance "
                      f"{100 * r['slo_compliance']:.1f}%, p99 {r['p99_ms']:.1f}ms")
     refused = f", {c['rejected']} refused with an error" if "rejected" in c else ""
     lines.append(f"All: {c['arrivals']} arrivals, {c['answered']} answered{refused}, SLO compliance "

@@ -1,6 +1,6 @@
 """The baseline a Ray user has today: Ray Serve's static `@serve.batch` per model, one replica per device.
 
-Issue 13 compares the Nexus fleet (fleet/ray_fleet.py) with what Ray Serve
+The fleet benchmarks compare the Nexus fleet (fleet/ray_fleet.py) with what Ray Serve
 offers out of the box on the same devices and load: every session (a model
 with its SLO) gets its own deployment(s) whose replicas are pinned one per
 device by the kind's custom resource (`fluidnpu_<device>`), and each replica
@@ -29,14 +29,22 @@ ray_fleet.py and the fleet ingress (fluidnpu/serving/fleet.py) import Ray (the
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 import math
 import random
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from fluidnpu.scheduler_fw.fleet.nexus import EPS, DeviceKind, Profile, Session, Unplaced, preferred_kinds, \
-    why_unplaceable
+from fluidnpu.scheduler_fw.fleet.nexus import (
+    EPS,
+    DeviceKind,
+    Profile,
+    Session,
+    Unplaced,
+    preferred_kinds,
+    why_unplaceable,
+)
 from fluidnpu.scheduler_fw.fleet.ray_fleet import RunLog, require_ray, resource_name, start_ray
 
 
@@ -103,7 +111,7 @@ def _board_class(serve: Any, profile: Profile, max_batch_size: int, batch_wait_t
         def __init__(self, seed: int) -> None:
             import os
 
-            from fluidnpu.scheduler_fw.fleet.node_loop import batch_seconds   # imported before the load: no cold start
+            from fluidnpu.scheduler_fw.fleet.node_loop import batch_seconds  # imported before the load: no cold start
 
             self.batch_seconds = batch_seconds
             self.rng = random.Random(seed * 1_000_003 + os.getpid())   # one stream of exits per replica
@@ -121,8 +129,8 @@ def _board_class(serve: Any, profile: Profile, max_batch_size: int, batch_wait_t
 class ServeBatchFleet:
     """The baseline on Ray Serve: one application per StaticDeployment, replicas pinned one per device."""
 
-    def __init__(self, deployments: Sequence[StaticDeployment], kinds: Sequence[DeviceKind], sessions: Sequence[Session],
-                 address: str | None = None, seed: int = 0) -> None:
+    def __init__(self, deployments: Sequence[StaticDeployment], kinds: Sequence[DeviceKind],
+                 sessions: Sequence[Session], address: str | None = None, seed: int = 0) -> None:
         require_ray()
         from ray import serve
 

@@ -25,27 +25,31 @@ def gpu() -> None:
 @click.option("--load", "load", default="medium", show_default=True,
               help="low|medium|high (1/4, 3/5, 9/10 of the profiled peak) or a rate in queries/s")
 @click.option("--device", default="cuda", show_default=True, help="cuda or cpu")
-@click.option("--duration", type=FloatRange(min=0, min_open=True), default=10.0, show_default=True, help="seconds of arrivals")
+@click.option("--duration", type=FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="seconds of arrivals")
 @click.option("--size", type=click.Choice(["tiny", "small", "full"]), default=None,
               help="model size (default: full on cuda, tiny on cpu)")
 @click.option("--lengths", default=None, help="bert length distribution: rte, sst2, mrpc, uniform-2-100, uniform-5-500")
 @click.option("--bsmax", type=click.IntRange(1, 4096), default=64, show_default=True, help="largest batch")
 @click.option("--stages", default=None, help="stages for dva: N, or auto for DVABatch's profiling search over "
               "up to 8 tries (default: 2 for bert, 4 for cnn/unet, as the paper's §8.7 found)")
-@click.option("--window-ms", type=FloatRange(min=0), default=None, help="delaybatch window (default: half the bsmax batch time)")
+@click.option("--window-ms", type=FloatRange(min=0), default=None,
+              help="delaybatch window (default: half the bsmax batch time)")
 @click.option("--trigger", type=click.Choice(["hungry", "lazy"]), default="hungry", show_default=True,
               help="dp scheduler trigger")
-@click.option("--slo-ms", type=FloatRange(min=0, min_open=True), default=200.0, show_default=True, help="latency SLO (dp's half-SLO guard)")
+@click.option("--slo-ms", type=FloatRange(min=0, min_open=True), default=200.0, show_default=True,
+              help="latency SLO (dp's half-SLO guard)")
 @click.option("--cost-table", type=click.Path(dir_okay=False), default=None,
               help="dp: load the cached-cost table from here, or warm up and save it here")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=click.IntRange(1, 1024), default=None, help="torch CPU threads (default 1 with --device cpu)")
+@click.option("--threads", type=click.IntRange(1, 1024), default=None,
+              help="torch CPU threads (default 1 with --device cpu)")
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
 def bench_cmd(workload, policy, load, device, duration, size, lengths, bsmax, stages, window_ms, trigger, slo_ms,
               cost_table, seed, threads, as_json) -> None:
     """Serve a seeded Poisson load of WORKLOAD with POLICY and report mean/p99 latency and throughput."""
-    from fluidnpu.output import emit_json as _emit_json, out
     from fluidnpu.host_driver.staged.torchutil import device_name, require_torch
+    from fluidnpu.output import emit_json as _emit_json, out
 
     torch = require_torch()
     if threads or device.strip().lower() == "cpu":   # CPU: one intra-op thread unless told otherwise

@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -82,7 +82,7 @@ class CostTable:
         write_text(path, json.dumps(self.to_json(), indent=1), "cost table")
 
     @classmethod
-    def load(cls, path: str | Path) -> "CostTable":
+    def load(cls, path: str | Path) -> CostTable:
         try:
             d = json.loads(Path(path).read_text())
             if d.get("format") != "fluidnpu-turbo-cost-table/1":
