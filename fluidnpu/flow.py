@@ -28,8 +28,9 @@ import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from fluidnpu.errors import FluidError
 from fluidnpu.output import make_dir
@@ -82,11 +83,11 @@ def cosim(bundle: Any, images: int, tau: float, verilog: Path | None = None,
     Verilator build and the simulator write (None: stderr)."""
     import numpy as np
 
-    from fluidnpu.host_driver.serving import load_network
     from fluidnpu.host_driver.driver import NpuDriver
     from fluidnpu.host_driver.model_device import ModelDevice
     from fluidnpu.host_driver.rtl_sim_device import run_with_rtl
     from fluidnpu.host_driver.runtime import infer_on_driver
+    from fluidnpu.host_driver.serving import load_network
 
     _, qnet, xte, yte = load_network("digits-ee")
     x = xte[:images]
@@ -161,7 +162,7 @@ def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, s
                  lambda: digits_design(base, 4), quiet)
     gen = _timed(console, 3, "RTL: Verilog, Vivado wrapper, register map, Vivado project",
                  lambda: rtl(dig["bundle"], base), quiet)
-    co: Optional[dict[str, Any]] = None
+    co: dict[str, Any] | None = None
     if cosim_images:
         verilog = Path(gen["summary"]["files"]["rtl"]["npu_verilog"])
         co = _timed(console, 4, f"co-simulation: {cosim_images} images, RTL vs ModelDevice (first build: minutes)",
@@ -175,7 +176,7 @@ def run_flow(outdir: str | Path, *, rate: float = 150.0, slo_ms: float = 50.0, s
     return _report(main, dig, gen, co, srv)
 
 
-def _report(main: dict, dig: dict, gen: dict, co: Optional[dict], srv: dict) -> dict[str, Any]:
+def _report(main: dict, dig: dict, gen: dict, co: dict | None, srv: dict) -> dict[str, Any]:
     from fluidnpu.bundle import design_summary
 
     s = main["summary"]
@@ -239,6 +240,7 @@ def print_report(out: Any, r: dict[str, Any]) -> None:
     print_table(out, t)
     out.print("Next: `fluidnpu show build/design.json --layers` (the FBCB per layer), "
               "`fluidnpu simulate -m resnet50 -b zc706 -p fluidb --rate 15 --slo 400` (the paper's scheduler "
-              "against its baselines), `fluidnpu run --help` (serve on the RTL), `fluidnpu vivado build/design.json -o build/vivado` (the "
-              "full-size NPU's Vivado project, a few minutes), docs/deploy.md (a real board).")
+              "against its baselines), `fluidnpu run --help` (serve on the RTL), "
+              "`fluidnpu vivado build/design.json -o build/vivado` (the full-size NPU's Vivado project, a few "
+              "minutes), docs/deploy.md (a real board).")
 

@@ -1,8 +1,8 @@
 """The cocotb test `run_with_rtl` (host_driver/rtl_sim_device.py) runs inside the simulator.
 
 It sets up the NPU with the cocotb harness every NPU testbench uses (sim_tb/cocotb_tb.py:
-clock, reset, cocotbext-axi's AxiRam on each m_axi<i> and AxiLiteMaster on s_axi), then runs the pickled job's function in a
-`cocotb.task.bridge` thread against an RtlSimDevice and pickles its result (or
+clock, reset, cocotbext-axi's AxiRam on each m_axi<i> and AxiLiteMaster on s_axi), then runs the
+pickled job's function in a `cocotb.task.bridge` thread against an RtlSimDevice and pickles its result (or
 exception) back.
 """
 

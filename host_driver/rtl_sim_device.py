@@ -27,11 +27,12 @@ import os
 import pickle
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from fluidnpu.hw.regmap import REG, NpuParams
 from fluidnpu.host_driver.device import Buffer, BumpAllocator, Device
+from fluidnpu.hw.regmap import REG, NpuParams
 
 _ENV = "FLUIDNPU_RTL_DEVICE"
 _BUSY = REG["STATUS"].field("BUSY").mask
@@ -42,7 +43,7 @@ MEM_BASE = 0x1000          # the first allocation starts here (address 0 stays u
 class RamBuffer(Buffer):
     """A window of the AxiRam; reads and writes go straight to the memory model (no simulated time)."""
 
-    def __init__(self, ram: Any, phys_addr: int, nbytes: int, on_free: Callable[["RamBuffer"], None]) -> None:
+    def __init__(self, ram: Any, phys_addr: int, nbytes: int, on_free: Callable[[RamBuffer], None]) -> None:
         self._ram = ram
         self.phys_addr = phys_addr
         self.nbytes = nbytes
@@ -66,7 +67,7 @@ class RtlSimDevice(Device):
 
     def __init__(self, dut: Any, ram: Any, axil: Any, *, mem_bytes: int = MEM_BYTES, clock_mhz: float = 100.0,
                  poll_cycles: int = 128, wall_limit_s: float = 120.0) -> None:
-        from cocotb.task import resume       # cocotb 2: cocotb.task.bridge / cocotb.task.resume
+        from cocotb.task import resume  # cocotb 2: cocotb.task.bridge / cocotb.task.resume
         from cocotb.triggers import ClockCycles
 
         self.dut, self.ram, self.axil = dut, ram, axil

@@ -159,8 +159,8 @@ def fig7_markdown(fig: dict[str, Any]) -> str:
             cells.append(f"{g['b1']:.1f} / {g['b2']:.1f} / {g['b8']:.1f}")
         lines.append(f"| {sch} | " + " | ".join(cells) + " |")
     summ = [fig["summary"][p] for p in pairs]
-    lines.append("| Fluid + Stackable above every static scheme at every b | "
-                 + " | ".join("yes" if s["fluid_stackable_beats_every_static_at_every_b"] else "no" for s in summ) + " |")
+    beats = ("yes" if s["fluid_stackable_beats_every_static_at_every_b"] else "no" for s in summ)
+    lines.append("| Fluid + Stackable above every static scheme at every b | " + " | ".join(beats) + " |")
     lines.append("| Stackable gain on the same design, b = 1 | "
                  + " | ".join(_pct(s["same_design_stackable_gain_b1"] - 1) for s in summ) + " |")
     lines.append("| Fluid + Stackable at b = 8, of its peak | "

@@ -16,7 +16,6 @@ import importlib
 import importlib.util
 import json
 import os
-from pathlib import Path
 import platform
 import re
 import statistics
@@ -24,6 +23,7 @@ import sys
 import textwrap
 import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 # The code that runs on the board: register map, driver, devices, runtime, scheduler policies, the serving loop.
 BOARD_SIDE = (

@@ -41,7 +41,7 @@ import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Union
+from typing import TypeAlias
 
 from amaranth.back import verilog
 from amaranth.lib import wiring
@@ -54,8 +54,8 @@ SIMULATORS = ("verilator", "icarus")
 OPT_ENV = "FLUIDNPU_VERILATOR_OPT"    # the C++ optimisation of Verilator builds (default: Verilator's own, -Os)
 OBJCACHE = Path(__file__).resolve().parent / "objcache.py"
 
-PathLike = Union[str, os.PathLike]
-Design = Union[wiring.Component, PathLike, Sequence[PathLike]]
+PathLike: TypeAlias = str | os.PathLike
+Design: TypeAlias = wiring.Component | PathLike | Sequence[PathLike]
 
 
 class SimulatorMissing(RuntimeError):

@@ -10,9 +10,9 @@ file's text. Run as a script, this module prints the tables, to paste after a re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
