@@ -267,3 +267,32 @@ def test_fleet_serve_stops_on_a_signal_and_leaves_no_process(fleet_files, sig):
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
+
+
+def test_fleet_serve_stops_on_sigterm_during_rays_start_up(fleet_files):
+    """SIGTERM while Ray's and Serve's processes come up (their start-up installs a fatal-signal handler that
+    would abort): the command unwinds, says so in one line, exits 130 and shuts the local Ray down."""
+    d, _ = fleet_files
+    p = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--fleet", str(d / "fleet.json"),
+                          "--sessions", str(d / "sessions.json"), "--http-port", str(_free_port()),
+                          "--stop-after", "600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        t_end = time.monotonic() + 120
+        err = ""
+        while time.monotonic() < t_end and p.poll() is None and "Started a local Ray instance" not in err:
+            err += p.stderr.readline()
+        assert p.poll() is None and "Started a local Ray instance" in err, err[-2000:]
+        p.send_signal(signal.SIGTERM)
+        out, rest = p.communicate(timeout=120)
+        err += rest
+        assert p.returncode == 130 and "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("interrupted"), err[-2000:]
+        assert '"serving"' not in out
+        time.sleep(2.0)
+        with pytest.raises(ProcessLookupError):   # no process left in its session's group
+            os.killpg(p.pid, 0)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()

@@ -436,7 +436,7 @@ def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: str | N
 
     Prints one JSON line when ready (`{"serving": [...], "http_port": ..., ...}`), as `fluidnpu serve` does."""
     from fluidnpu.quantize import check_tau
-    from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray, start_ray
+    from fluidnpu.scheduler_fw.fleet.ray_fleet import require_ray, signal_handlers_kept, start_ray
     from fluidnpu.scheduler_fw.policy import check_positive
 
     ray = require_ray()
@@ -457,29 +457,27 @@ def serve_fleet_command(*, fleet_path: str, sessions_path: str, address: str | N
 
     check_addresses(host, {"--http-port": http_port})      # before Ray's start-up, not in Serve's log
     cfg = prepare(fleet_path, sessions_path, epoch_s, seed, tau)
-    # a signal during Ray's start-up ends in KeyboardInterrupt (fluidnpu.cli): the finally below still
-    # shuts Serve and the local Ray down, so no raylet or worker outlives the command
+    # a signal during Ray's and Serve's start-up ends in KeyboardInterrupt (fluidnpu.cli; their own handlers
+    # are not kept): the finally below still shuts Serve and the local Ray down, so no raylet or worker
+    # outlives the command
     own = start_ray(cfg.kinds, address)
     try:
-        serve.start(http_options={"host": host, "port": http_port})
-        handle = serve.run(ingress_deployment(serve).bind(cfg), name="fluidnpu-fleet", route_prefix="/")
-        handle.ready.remote().result()
-        p = cfg.plan
-        print(json.dumps({"serving": list(cfg.models), "host": host, "http_port": http_port,
-                          "devices": sum(k.count for k in cfg.kinds), "nodes": len(p.nodes),
-                          "unplaced": [u.session for u in p.unplaced],
-                          "emulated": [n for n, m in cfg.models.items() if m.emulated], "epoch_s": epoch_s}),
-              flush=True)
+        with signal_handlers_kept():
+            serve.start(http_options={"host": host, "port": http_port})
+            handle = serve.run(ingress_deployment(serve).bind(cfg), name="fluidnpu-fleet", route_prefix="/")
+            handle.ready.remote().result()
         stop = threading.Event()
-        before = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                before[sig] = signal.signal(sig, lambda *_: stop.set())
-        try:
+        with signal_handlers_kept():
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGTERM, signal.SIGINT):     # from here a signal drains the fleet
+                    signal.signal(sig, lambda *_: stop.set())
+            p = cfg.plan
+            print(json.dumps({"serving": list(cfg.models), "host": host, "http_port": http_port,
+                              "devices": sum(k.count for k in cfg.kinds), "nodes": len(p.nodes),
+                              "unplaced": [u.session for u in p.unplaced],
+                              "emulated": [n for n, m in cfg.models.items() if m.emulated], "epoch_s": epoch_s}),
+                  flush=True)
             stop.wait(stop_after_s)
-        finally:
-            for sig, h in before.items():
-                signal.signal(sig, h)
         rep = handle.drain.remote(30.0).result()
     finally:
         serve.shutdown()

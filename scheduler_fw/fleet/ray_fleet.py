@@ -29,13 +29,15 @@ The @serve.batch baseline on the same emulated boards is fleet/serve_batch.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import re
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -59,17 +61,42 @@ def require_ray() -> Any:
     return ray
 
 
+@contextlib.contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Keep this process's SIGINT and SIGTERM handlers across the block: Ray's start-up installs handlers of its
+    own over them (a fatal-signal handler that aborts, a Python one that exits with the signal's number), where
+    the command (fluidnpu.cli) must unwind and shut Ray down. A signal that Ray's handler turned into that exit
+    inside the block leaves it as the KeyboardInterrupt the command's handler raises."""
+    main = threading.current_thread() is threading.main_thread()
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code in (signal.SIGINT, signal.SIGTERM):
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 def start_ray(kinds: Sequence[DeviceKind], address: str | None = None) -> bool:
     """Start a local Ray (2 CPUs, `count` units of each kind's resource) or join `address`; True if this call
     started or joined it (so the caller shuts it down), False if Ray was already up in this process."""
     ray = require_ray()
     if ray.is_initialized():
         return False
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
-                 include_dashboard=False, log_to_driver=False)
+    try:
+        with signal_handlers_kept():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=2, resources={resource_name(k.name): float(k.count) for k in kinds},
+                         include_dashboard=False, log_to_driver=False)
+    except KeyboardInterrupt:     # interrupted while starting: what did start is stopped
+        ray.shutdown()
+        raise
     return True
 
 
