@@ -14,7 +14,7 @@ import pytest
 from fluidnpu.boards.catalog import BOARD_DIR, board_from_data
 from fluidnpu.workload import Exit, Layer, Workload
 
-# the tests' own helper modules (serve_helpers) import by name beside the tests (--import-mode=importlib adds no path)
+# modules beside the tests (serve_helpers) import by name: --import-mode=importlib adds no path
 sys.path.insert(0, str(Path(__file__).parent))
 
 # the suite's simulations are short: a Verilator build at -O0 takes half the time of -Os and runs them at most a

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from fluidnpu.boards import load_board
 from fluidnpu.dse.perf_model import (
     DEFAULT_TIMING,
     Bus,
@@ -20,6 +21,16 @@ from fluidnpu.dse.perf_model import (
     row_blocks,
     without_port_skew,
 )
+from fluidnpu.dse.search import (
+    LayerShapes,
+    buffered_modes,
+    choice_setup,
+    choices,
+    modes_of,
+    split_stacks,
+    unique_layers,
+)
+from fluidnpu.zoo import zoo_model
 
 TOL = 1e-7
 
@@ -105,9 +116,6 @@ def test_splits_priced_side_by_side_equal_each_priced_alone():
     layer) exactly as one split at a time does (the search's bound takes their minimum)."""
     from dataclasses import replace
 
-    from fluidnpu.boards import load_board
-    from fluidnpu.dse.search import LayerShapes, choice_setup, choices, modes_of, split_stacks, unique_layers
-    from fluidnpu.zoo import zoo_model
 
     reps, _ = unique_layers(zoo_model("resnet50").layers())
     shapes = LayerShapes.of(reps)
@@ -135,18 +143,7 @@ def test_a_buffered_choice_shares_its_ddr_twins_groups_passes_and_tiles():
     groups, passes and column tiles do not depend on where its input is read from."""
     from dataclasses import fields, replace
 
-    from fluidnpu.boards import load_board
     from fluidnpu.dse.perf_model import TileCosts
-    from fluidnpu.dse.search import (
-        LayerShapes,
-        buffered_modes,
-        choice_setup,
-        choices,
-        modes_of,
-        split_stacks,
-        unique_layers,
-    )
-    from fluidnpu.zoo import zoo_model
 
     reps, _ = unique_layers(zoo_model("inceptionv3").layers())
     shapes = LayerShapes.of(reps)
@@ -180,18 +177,7 @@ def test_the_cycles_and_the_bound_priced_side_by_side_equal_each_priced_alone():
     fill (the cycles) beside those without the skew and with the bound's fill (`SIDES`): each side must be
     what it is priced alone, for splits stacked or not, from DDR and buffered; and the bound's fill put in
     with `with_fill` must price as the mode built with it (nothing else in a mode depends on the fill)."""
-    from fluidnpu.boards import load_board
     from fluidnpu.dse.perf_model import layer_cycles_low, with_fill
-    from fluidnpu.dse.search import (
-        LayerShapes,
-        buffered_modes,
-        choice_setup,
-        choices,
-        modes_of,
-        split_stacks,
-        unique_layers,
-    )
-    from fluidnpu.zoo import zoo_model
 
     reps, _ = unique_layers(zoo_model("resnet50").layers())
     shapes = LayerShapes.of(reps)
@@ -227,9 +213,6 @@ def test_the_edges_together_bound_a_one_pass_layer_small_against_the_array():
     priced apart, the prologue at TR = 1 and the drain at TR = 512 (-1,841 cycles: the one block's long last
     step) bounded it at 1,117 cycles; priced together (`_edges_floor`) the bound is 2,964 against the 3,146
     the layer reaches at its best TR, and still below the cycles at every TR."""
-    from fluidnpu.boards import load_board
-    from fluidnpu.dse.search import LayerShapes, choice_setup, choices, modes_of
-    from fluidnpu.zoo import zoo_model
 
     board = load_board("zcu104")
     shapes = LayerShapes.of(zoo_model("digits-ee").layers()[:1])

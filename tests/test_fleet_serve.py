@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -236,16 +238,31 @@ def test_fleet_serve_busy_port_exits_2_before_ray_starts(capsys):
     assert len(err.strip().splitlines()) == 1 and time.monotonic() - t0 < 5
 
 
+@contextmanager
+def _fleet_in_its_session(d) -> Iterator[subprocess.Popen]:
+    """`serve --fleet` with a long --stop-after in a session of its own; after the block nothing of that
+    session (Ray's local processes included) may be left, and whatever is, is killed."""
+    p = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--fleet", str(d / "fleet.json"),
+                          "--sessions", str(d / "sessions.json"), "--http-port", str(_free_port()),
+                          "--stop-after", "600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield p
+        time.sleep(2.0)
+        with pytest.raises(ProcessLookupError):   # no process left in its session's group
+            os.killpg(p.pid, 0)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_fleet_serve_stops_on_a_signal_and_leaves_no_process(fleet_files, sig):
     """`serve --fleet` in its own session, a long --stop-after: the signal drains it, it exits 0 with one
     line, and nothing of its session (Ray's local processes included) outlives it."""
     d, _ = fleet_files
-    port = _free_port()
-    p = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--fleet", str(d / "fleet.json"),
-                          "--sessions", str(d / "sessions.json"), "--http-port", str(port), "--stop-after", "600"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    with _fleet_in_its_session(d) as p:
         t_end = time.monotonic() + 180            # Ray and Serve start first
         line = ""
         while time.monotonic() < t_end and p.poll() is None:
@@ -260,24 +277,13 @@ def test_fleet_serve_stops_on_a_signal_and_leaves_no_process(fleet_files, sig):
         assert p.returncode == 0 and "Traceback" not in err, err[-2000:]
         assert "drained" in err.strip().splitlines()[-1], err[-2000:]
         print(f"serve --fleet stopped {took:.1f} s after {sig.name}")
-        time.sleep(2.0)
-        with pytest.raises(ProcessLookupError):   # no process left in its session's group
-            os.killpg(p.pid, 0)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
 
 
 def test_fleet_serve_stops_on_sigterm_during_rays_start_up(fleet_files):
     """SIGTERM while Ray's and Serve's processes come up (their start-up installs a fatal-signal handler that
     would abort): the command unwinds, says so in one line, exits 130 and shuts the local Ray down."""
     d, _ = fleet_files
-    p = subprocess.Popen([sys.executable, "-m", "fluidnpu.cli", "serve", "--fleet", str(d / "fleet.json"),
-                          "--sessions", str(d / "sessions.json"), "--http-port", str(_free_port()),
-                          "--stop-after", "600"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    with _fleet_in_its_session(d) as p:
         t_end = time.monotonic() + 120
         err = ""
         while time.monotonic() < t_end and p.poll() is None and "Started a local Ray instance" not in err:
@@ -289,10 +295,3 @@ def test_fleet_serve_stops_on_sigterm_during_rays_start_up(fleet_files):
         assert p.returncode == 130 and "Traceback" not in err and "SIGTERM received" not in err, err[-2000:]
         assert err.strip().splitlines()[-1].startswith("interrupted"), err[-2000:]
         assert '"serving"' not in out
-        time.sleep(2.0)
-        with pytest.raises(ProcessLookupError):   # no process left in its session's group
-            os.killpg(p.pid, 0)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
