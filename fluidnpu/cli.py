@@ -364,11 +364,23 @@ def _stop_on_signal(signum: int, frame: Any) -> None:
     handler; there it just ends, quietly, for its parent is stopping anyway."""
     import multiprocessing
 
+    global _INTERRUPTED
     if os.getpid() != _MAIN_PID:
         os._exit(128 + signum)
+    _INTERRUPTED = True
     for child in multiprocessing.active_children():
         child.terminate()
     raise KeyboardInterrupt
+
+
+_INTERRUPTED = False   # a signal arrived: whatever the command then ends with is the interrupt
+
+
+def _drop_interrupts(unraisable: Any, fallback: Any = sys.unraisablehook) -> None:
+    """An interrupt raised where Python cannot raise it (a fork's at-fork hook, a finaliser) is ignored
+    there and printed: `_INTERRUPTED` carries it to main() instead, so it is neither printed nor lost."""
+    if not (_INTERRUPTED and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+        fallback(unraisable)
 
 
 _MAIN_PID = os.getpid()
@@ -376,17 +388,28 @@ _MAIN_PID = os.getpid()
 
 @contextmanager
 def _signals_stop_the_command() -> Iterator[None]:
-    global _MAIN_PID
+    global _MAIN_PID, _INTERRUPTED
+    _INTERRUPTED = False
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _MAIN_PID = os.getpid()
     previous = {sig: signal.signal(sig, _stop_on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    hook, sys.unraisablehook = sys.unraisablehook, _drop_interrupts
     try:
         yield
+    except Exception:
+        # a signal's effects (workers killed under a pool, a KeyboardInterrupt lost in a fork's hook) end the
+        # command with some other error: it stopped because it was interrupted
+        if _INTERRUPTED:
+            raise KeyboardInterrupt from None
+        raise
     finally:
+        sys.unraisablehook = hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if _INTERRUPTED:       # the interrupt was swallowed where it was raised, and the command ran on
+        raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> None:
